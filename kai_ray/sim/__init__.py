@@ -1,0 +1,1 @@
+"""The simulator: the unchanged scheduling cycle on an in-memory cluster on a virtual clock."""

@@ -1,0 +1,175 @@
+"""Read the simulator's input: YAML files or folders of Kubernetes objects.
+
+Every document is checked before anything runs; the first problem found is
+reported with the file, the object and the field, so that `kai-ray simulate`
+can exit with status 2 and one line. Reading files is the only I/O here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kai_ray.sim.nodepool import SIM_API_VERSION, NodePool, expand
+from kai_ray.sim.references import check_references
+from kai_ray.values.api import API_VERSION, PodGroup, Queue, Topology
+from kai_ray.values.config import CONFIG_API_VERSION, SchedulerConfig, duration_seconds
+from kai_ray.values.errors import InvalidFieldError, InvalidObjectError, ObjectRef, Problem
+from kai_ray.values.names import POD_GROUP_ANNOTATION, SIM_DURATION, SIM_SUBMIT_AT
+from kai_ray.values.resources import Resources
+from kai_ray.values.validation import object_ref, parse_model
+from kai_ray.workloads.grouping import WorkloadGroup, derive_groups
+
+#: (apiVersion, kind) of every workload kind the simulator can play the controller of.
+WORKLOAD_KINDS = {
+    ("v1", "Pod"),
+    ("batch/v1", "Job"),
+    ("ray.io/v1", "RayCluster"),
+    ("ray.io/v1", "RayJob"),
+    ("grove.io/v1alpha1", "PodCliqueSet"),
+}
+
+
+@dataclass(frozen=True)
+class Document:
+    raw: Mapping[str, Any]
+    source: str
+
+    @property
+    def ref(self) -> ObjectRef:
+        return object_ref(self.raw, self.source)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One submitted workload: its derived groups, when it arrives and how long it runs."""
+
+    raw: Mapping[str, Any]
+    ref: ObjectRef
+    groups: tuple[WorkloadGroup, ...]
+    submit_at: float
+    duration: float | None
+
+
+@dataclass
+class SimInput:
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    topologies: list[Topology] = field(default_factory=list)
+    queues: list[Queue] = field(default_factory=list)
+    pod_groups: list[tuple[PodGroup, float, float | None]] = field(default_factory=list)
+    member_pods: list[Document] = field(default_factory=list)
+    workloads: list[Workload] = field(default_factory=list)
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+
+def iter_documents(paths: Sequence[Path]) -> Iterator[Document]:
+    """Every YAML document under `paths` (folders recursively, sorted)."""
+    for path in paths:
+        files = sorted(path.rglob("*.y*ml")) if path.is_dir() else [path]
+        if not path.exists():
+            raise InvalidObjectError([Problem(ObjectRef("File", str(path)), "path", "not found")])
+        for file in files:
+            yield from _documents_of(file)
+
+
+def _documents_of(file: Path) -> Iterator[Document]:
+    ref = ObjectRef("File", file.name, source=str(file))
+    try:
+        docs = list(yaml.safe_load_all(file.read_text()))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "(document)"
+        raise InvalidObjectError([Problem(ref, where, f"not valid YAML: {err}")]) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InvalidObjectError([Problem(ref, "(file)", f"cannot read: {err}")]) from None
+    for i, doc in enumerate(docs):
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise InvalidObjectError([Problem(ref, f"document {i + 1}", "is not a mapping")])
+        yield Document(doc, str(file))
+
+
+def sim_times(raw: Mapping[str, Any], ref: ObjectRef) -> tuple[float, float | None]:
+    """The `sim.kai-ray.io/submit-at` and `duration` annotations, in seconds."""
+    meta = raw.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    try:
+        submit = _duration(annotations, SIM_SUBMIT_AT)
+        duration = _duration(annotations, SIM_DURATION)
+    except InvalidFieldError as err:
+        raise InvalidObjectError([Problem(ref, err.field, err.message)]) from None
+    return submit or 0.0, duration
+
+
+def _duration(annotations: Mapping[str, Any], key: str) -> float | None:
+    if key not in annotations:
+        return None
+    try:
+        return duration_seconds(str(annotations[key]))
+    except ValueError as err:
+        raise InvalidFieldError(f"metadata.annotations[{key}]", str(err)) from None
+
+
+def _check_node(doc: Document) -> dict[str, Any]:
+    raw = dict(doc.raw)
+    meta = raw.get("metadata")
+    if not isinstance(meta, Mapping) or not meta.get("name"):
+        raise InvalidObjectError([Problem(doc.ref, "metadata.name", "a Node needs a name")])
+    status = raw.get("status") or {}
+    if not isinstance(status, Mapping):
+        raise InvalidObjectError([Problem(doc.ref, "status", "must be a mapping")])
+    try:
+        capacity = Resources.parse(status.get("capacity"), "status.capacity")
+        Resources.parse(status.get("allocatable"), "status.allocatable")
+    except InvalidFieldError as err:
+        raise InvalidObjectError([Problem(doc.ref, err.field, err.message)]) from None
+    if not capacity:
+        raise InvalidObjectError([Problem(doc.ref, "status.capacity", "a Node needs a capacity")])
+    return raw
+
+
+def _read_document(doc: Document, sim: SimInput) -> None:
+    api_version, kind = doc.raw.get("apiVersion"), doc.raw.get("kind")
+    if (api_version, kind) == ("v1", "Node"):
+        sim.nodes.append(_check_node(doc))
+    elif (api_version, kind) == (SIM_API_VERSION, "NodePool"):
+        sim.nodes.extend(expand(parse_model(NodePool, doc.raw, doc.source)))
+    elif (api_version, kind) == (API_VERSION, "Queue"):
+        sim.queues.append(parse_model(Queue, doc.raw, doc.source))
+    elif (api_version, kind) == (API_VERSION, "Topology"):
+        sim.topologies.append(parse_model(Topology, doc.raw, doc.source))
+    elif (api_version, kind) == (API_VERSION, "PodGroup"):
+        group = parse_model(PodGroup, doc.raw, doc.source)
+        sim.pod_groups.append((group, *sim_times(doc.raw, doc.ref)))
+    elif (api_version, kind) == (CONFIG_API_VERSION, "SchedulerConfig"):
+        sim.config = parse_model(SchedulerConfig, doc.raw, doc.source)
+    elif (api_version, kind) == ("v1", "Pod") and _names_pod_group(doc.raw):
+        sim.member_pods.append(doc)
+    elif (api_version, kind) in WORKLOAD_KINDS:
+        groups = tuple(derive_groups(doc.raw, doc.source))
+        sim.workloads.append(Workload(doc.raw, doc.ref, groups, *sim_times(doc.raw, doc.ref)))
+    else:
+        known = "Node, NodePool, Queue, Topology, PodGroup, Pod, Job, RayCluster, RayJob, "
+        known += "PodCliqueSet, SchedulerConfig"
+        raise InvalidObjectError(
+            [Problem(doc.ref, "apiVersion/kind", f"{api_version}/{kind} is not one of {known}")]
+        )
+
+
+def _names_pod_group(raw: Mapping[str, Any]) -> bool:
+    annotations = (raw.get("metadata") or {}).get("annotations") or {}
+    return POD_GROUP_ANNOTATION in annotations or "pod-group-name" in annotations
+
+
+def load(paths: Sequence[Path]) -> SimInput:
+    """Read and check every document; raise InvalidObjectError on the first bad one."""
+    sim = SimInput()
+    for doc in iter_documents(paths):
+        _read_document(doc, sim)
+    check_references(sim)
+    return sim

@@ -1,0 +1,131 @@
+"""Pod groups: each valid PodGroup with its spec and the pods that joined it.
+
+A pod joins a group through the `kai-ray.io/pod-group` annotation (alias
+`pod-group-name`) naming a PodGroup in its own namespace. A group that fails
+validation, or names a queue that is missing or not a leaf, is left out and
+reported; so is a live pod naming a group that does not exist. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import ValidationError
+
+from kai_ray.state.pod_states import PodState
+from kai_ray.state.problems import object_ref, validation_problems
+from kai_ray.state.queues import QueueTree
+from kai_ray.values.api import PodGroup, PodGroupSpec, PodGroupStatus
+from kai_ray.values.errors import ObjectRef, Problem
+from kai_ray.values.names import POD_GROUP_ANNOTATION
+from kai_ray.workloads.pods import annotation_field
+
+POD_GROUP = "PodGroup"
+
+
+@dataclass(frozen=True)
+class PodGroupState:
+    key: str
+    name: str
+    namespace: str
+    spec: PodGroupSpec
+    status: PodGroupStatus | None
+    creation_timestamp: str
+    #: Members, terminal ones included (the lifecycle needs them), oldest first.
+    pods: tuple[PodState, ...]
+
+    @property
+    def queue(self) -> str:
+        return self.spec.queue
+
+    def ref(self) -> ObjectRef:
+        return ObjectRef(POD_GROUP, self.name, self.namespace)
+
+    def live_pods(self) -> tuple[PodState, ...]:
+        return tuple(pod for pod in self.pods if not pod.terminal)
+
+    def pods_of_subgroup(self, subgroup: str | None) -> tuple[PodState, ...]:
+        return tuple(pod for pod in self.pods if pod.subgroup == subgroup)
+
+
+@dataclass
+class _Groups:
+    valid: dict[str, PodGroup] = field(default_factory=dict)
+    #: Every group named by an object, valid or not: a pod of a broken group is not an orphan.
+    known: set[str] = field(default_factory=set)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def build_pod_groups(
+    objects: Sequence[Mapping[str, Any]], pods: Sequence[PodState], queues: QueueTree
+) -> tuple[Mapping[str, PodGroupState], list[Problem]]:
+    groups = _validated_groups(objects, queues)
+    members: dict[str, list[PodState]] = {key: [] for key in groups.valid}
+    for pod in pods:
+        if pod.pod_group is None:
+            continue
+        key = f"{pod.namespace}/{pod.pod_group}"
+        if key in members:
+            members[key].append(pod)
+        elif key not in groups.known and not pod.terminal:
+            groups.problems.append(_orphan_problem(pod))
+    states = {key: _state(group, members[key]) for key, group in groups.valid.items()}
+    return MappingProxyType(states), groups.problems
+
+
+def _validated_groups(objects: Sequence[Mapping[str, Any]], queues: QueueTree) -> _Groups:
+    groups = _Groups()
+    for obj in objects:
+        ref = object_ref(obj, POD_GROUP)
+        key = f"{ref.namespace or 'default'}/{ref.name}"
+        if key in groups.known:
+            groups.problems.append(Problem(ref, "metadata.name", "listed twice; kept the first"))
+            continue
+        groups.known.add(key)
+        try:
+            group = PodGroup.model_validate(obj)
+        except ValidationError as err:
+            groups.problems.extend(validation_problems(ref, err))
+            continue
+        queue_problem = _queue_problem(group.spec.queue, queues)
+        if queue_problem:
+            groups.problems.append(Problem(ref, "spec.queue", queue_problem))
+        else:
+            groups.valid[key] = group
+    return groups
+
+
+def _queue_problem(queue: str, queues: QueueTree) -> str | None:
+    if queue not in queues:
+        return f"queue {queue!r} does not exist (or was left out of the queue tree)"
+    if not queues[queue].is_leaf:
+        children = ", ".join(queues[queue].children)
+        return (
+            f"queue {queue!r} is not a leaf (its children: {children}); "
+            "only leaf queues take workloads"
+        )
+    return None
+
+
+def _orphan_problem(pod: PodState) -> Problem:
+    return Problem(
+        pod.ref(),
+        annotation_field(POD_GROUP_ANNOTATION),
+        f"pod group {pod.pod_group!r} does not exist in namespace {pod.namespace}",
+    )
+
+
+def _state(group: PodGroup, pods: list[PodState]) -> PodGroupState:
+    pods.sort(key=lambda pod: (pod.creation_timestamp, pod.name))
+    return PodGroupState(
+        key=f"{group.metadata.namespace or 'default'}/{group.metadata.name}",
+        name=group.metadata.name,
+        namespace=group.metadata.namespace or "default",
+        spec=group.spec,
+        status=group.status,
+        creation_timestamp=group.metadata.creationTimestamp or "",
+        pods=tuple(pods),
+    )

@@ -1,0 +1,151 @@
+"""Reading Pods into `PodState` values: requests, GPU share, group and standing.
+
+Pods stay plain dicts until here; each is read once per snapshot into a small
+frozen value. A pod whose requests cannot be read is left out of placement and
+reported. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kai_ray.state.problems import field_problem, object_ref
+from kai_ray.values.errors import InvalidFieldError, ObjectRef, Problem
+from kai_ray.values.resources import GPU, Resources
+from kai_ray.workloads.pods import (
+    GpuShare,
+    check_gpu_request,
+    gpu_share,
+    pod_creation_timestamp,
+    pod_gpu_devices,
+    pod_group_name,
+    pod_is_terminal,
+    pod_key,
+    pod_name,
+    pod_namespace,
+    pod_node,
+    pod_phase,
+    pod_priority,
+    pod_requests,
+    pod_scheduler,
+    pod_scheduling_gates,
+    pod_subgroup,
+)
+
+POD = "Pod"
+
+
+@dataclass(frozen=True)
+class PodState:
+    """One pod as the cycle sees it."""
+
+    key: str
+    name: str
+    namespace: str
+    node: str | None
+    phase: str
+    scheduler: str
+    #: Effective requests (kube-scheduler's rules); whole GPUs only, never a share.
+    requests: Resources
+    gpu_share: GpuShare | None
+    #: Fraction of one device the pod holds (bound) or asks for (pending, when known).
+    gpu_fraction: float
+    #: GPU device indices on `node`: recorded by the binder or assigned by the snapshot.
+    devices: tuple[int, ...]
+    creation_timestamp: str
+    priority: int
+    pod_group: str | None
+    subgroup: str | None
+    scheduling_gates: tuple[str, ...]
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def uses_gpu(self) -> bool:
+        return self.requests[GPU] > 0 or self.gpu_share is not None
+
+    @property
+    def effective_requests(self) -> Resources:
+        """Requests with the GPU share counted as part of a GPU (queue accounting)."""
+        if self.gpu_fraction == 0:
+            return self.requests
+        return self.requests + {GPU: self.gpu_fraction}
+
+    def ref(self) -> ObjectRef:
+        return ObjectRef(POD, self.name, self.namespace)
+
+
+@dataclass
+class PodReading:
+    pods: list[PodState] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def read_pods(objects: Sequence[Mapping[str, Any]]) -> PodReading:
+    """Every readable pod once; unreadable or duplicate pods become problems."""
+    reading = PodReading()
+    seen: set[str] = set()
+    for obj in objects:
+        key = pod_key(obj)
+        if key in seen:
+            reading.problems.append(
+                Problem(object_ref(obj, POD), "metadata.name", "listed twice; kept the first")
+            )
+            continue
+        seen.add(key)
+        state = read_pod(obj, reading.problems)
+        if state is not None:
+            reading.pods.append(state)
+    return reading
+
+
+def read_pod(pod: Mapping[str, Any], problems: list[Problem]) -> PodState | None:
+    """The pod's state, or None (with a problem) when its requests cannot be read."""
+    try:
+        requests = pod_requests(pod)
+        share = gpu_share(pod)
+        check_gpu_request(requests, share)
+    except InvalidFieldError as err:
+        problems.append(field_problem(object_ref(pod, POD), _excluded(err, pod)))
+        return None
+    return PodState(
+        key=pod_key(pod),
+        name=pod_name(pod),
+        namespace=pod_namespace(pod),
+        node=pod_node(pod),
+        phase=pod_phase(pod),
+        scheduler=pod_scheduler(pod),
+        requests=requests,
+        gpu_share=share,
+        gpu_fraction=(share.fraction or 0.0) if share else 0.0,
+        devices=_recorded_devices(pod, problems),
+        creation_timestamp=pod_creation_timestamp(pod),
+        priority=pod_priority(pod),
+        pod_group=pod_group_name(pod),
+        subgroup=pod_subgroup(pod),
+        scheduling_gates=pod_scheduling_gates(pod),
+    )
+
+
+def _excluded(err: InvalidFieldError, pod: Mapping[str, Any]) -> InvalidFieldError:
+    """Say what the pod's exclusion means, which differs for bound and waiting pods."""
+    if pod_is_terminal(pod):
+        consequence = "pod ignored"
+    elif pod_node(pod):
+        consequence = f"pod is bound to {pod_node(pod)} but its usage cannot be counted"
+    else:
+        consequence = "pod will not be scheduled"
+    return InvalidFieldError(err.field, f"{err.message} ({consequence})")
+
+
+def _recorded_devices(pod: Mapping[str, Any], problems: list[Problem]) -> tuple[int, ...]:
+    """Devices the binder recorded; a bad record is reported and re-derived later."""
+    try:
+        return pod_gpu_devices(pod) or ()
+    except InvalidFieldError as err:
+        problems.append(field_problem(object_ref(pod, POD), err))
+        return ()

@@ -1,0 +1,190 @@
+"""The queue tree: every usable Queue with its parent, children and depth.
+
+Queues whose parent is missing, whose parents form a cycle, or whose ancestor
+was left out for either reason are removed and reported on `spec.parentQueue`;
+the rest of the tree stays usable. Children are ordered by creation time, then
+name, so that every consumer walks siblings in the same order. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import ValidationError
+
+from kai_ray.state.problems import object_ref, validation_problems
+from kai_ray.values.api import Queue, QueueSpec
+from kai_ray.values.errors import ObjectRef, Problem
+from kai_ray.values.resources import canonical_name, parse_amount
+
+QUEUE = "Queue"
+PARENT_FIELD = "spec.parentQueue"
+
+
+@dataclass(frozen=True)
+class QueueNode:
+    name: str
+    parent: str | None
+    children: tuple[str, ...]
+    spec: QueueSpec
+    depth: int
+    creation_timestamp: str
+    #: Decayed, normalised usage by Kubernetes resource name (time-based fairness).
+    usage: Mapping[str, float]
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+
+@dataclass(frozen=True)
+class QueueTree:
+    nodes: Mapping[str, QueueNode]
+    roots: tuple[str, ...]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.nodes
+
+    def __getitem__(self, name: str) -> QueueNode:
+        return self.nodes[name]
+
+    def ancestors(self, name: str) -> tuple[str, ...]:
+        """Parent first, root last."""
+        chain: list[str] = []
+        parent = self.nodes[name].parent
+        while parent is not None:
+            chain.append(parent)
+            parent = self.nodes[parent].parent
+        return tuple(chain)
+
+    def top_down(self) -> Iterator[QueueNode]:
+        """Every queue, parents before children, siblings in order (depth first)."""
+        stack = list(reversed(self.roots))
+        while stack:
+            node = self.nodes[stack.pop()]
+            yield node
+            stack.extend(reversed(node.children))
+
+    def leaves(self) -> tuple[str, ...]:
+        return tuple(node.name for node in self.top_down() if node.is_leaf)
+
+
+def build_queue_tree(
+    objects: Sequence[Mapping[str, Any]], usage: Mapping[str, Mapping[str, float]]
+) -> tuple[QueueTree, list[Problem]]:
+    queues, problems = _validated_queues(objects)
+    parents = {name: queue.spec.parentQueue for name, queue in queues.items()}
+    removed = _unreachable(parents)
+    for name, message in removed.items():
+        problems.append(Problem(ObjectRef(QUEUE, name), PARENT_FIELD, message))
+    kept = {name: queue for name, queue in queues.items() if name not in removed}
+    return _tree(kept, usage), problems
+
+
+def _validated_queues(
+    objects: Sequence[Mapping[str, Any]],
+) -> tuple[dict[str, Queue], list[Problem]]:
+    queues: dict[str, Queue] = {}
+    problems: list[Problem] = []
+    for obj in objects:
+        ref = object_ref(obj, QUEUE)
+        try:
+            queue = Queue.model_validate(obj)
+        except ValidationError as err:
+            problems.extend(validation_problems(ref, err))
+            continue
+        if queue.metadata.name in queues:
+            problems.append(Problem(ref, "metadata.name", "listed twice; kept the first"))
+            continue
+        queues[queue.metadata.name] = queue
+    return queues, problems
+
+
+def _unreachable(parents: Mapping[str, str | None]) -> dict[str, str]:
+    """Queues that cannot reach a root, each with the reason it is left out."""
+    removed: dict[str, str] = {}
+    reachable: set[str] = set()
+    for start in sorted(parents):
+        path: list[str] = []
+        name: str | None = start
+        while name is not None and name not in reachable and name not in removed:
+            if name in path:
+                _remove_cycle(path[path.index(name) :], removed)
+                break
+            if name not in parents:
+                removed[path[-1]] = f"parent queue {name!r} does not exist; left out of the tree"
+                break
+            path.append(name)
+            name = parents[name]
+        _settle_path(path, parents, reachable, removed)
+    return removed
+
+
+def _remove_cycle(cycle: Sequence[str], removed: dict[str, str]) -> None:
+    loop = " -> ".join([*cycle, cycle[0]])
+    for name in cycle:
+        removed[name] = f"parent queues form a cycle ({loop}); left out of the tree"
+
+
+def _settle_path(
+    path: Sequence[str],
+    parents: Mapping[str, str | None],
+    reachable: set[str],
+    removed: dict[str, str],
+) -> None:
+    """Walking back down the path: a queue is usable exactly when its parent is."""
+    for name in reversed(path):
+        parent = parents[name]
+        if name in removed:
+            continue
+        if parent is None or parent in reachable:
+            reachable.add(name)
+        else:
+            removed[name] = f"parent queue {parent!r} is left out of the tree, so is this queue"
+
+
+def _tree(queues: Mapping[str, Queue], usage: Mapping[str, Mapping[str, float]]) -> QueueTree:
+    def age(name: str) -> tuple[str, str]:
+        return (queues[name].metadata.creationTimestamp or "", name)
+
+    children: dict[str | None, list[str]] = {}
+    for name in sorted(queues, key=age):
+        children.setdefault(queues[name].spec.parentQueue, []).append(name)
+    nodes: dict[str, QueueNode] = {}
+    for name, queue in queues.items():
+        nodes[name] = QueueNode(
+            name=name,
+            parent=queue.spec.parentQueue,
+            children=tuple(children.get(name, ())),
+            spec=queue.spec,
+            depth=_depth(name, queues),
+            creation_timestamp=queue.metadata.creationTimestamp or "",
+            usage=_usage(queue, usage.get(name)),
+        )
+    return QueueTree(MappingProxyType(nodes), tuple(children.get(None, ())))
+
+
+def _depth(name: str, queues: Mapping[str, Queue]) -> int:
+    depth = 0
+    parent = queues[name].spec.parentQueue
+    while parent is not None:
+        depth += 1
+        parent = queues[parent].spec.parentQueue
+    return depth
+
+
+def _usage(queue: Queue, given: Mapping[str, float] | None) -> Mapping[str, float]:
+    """The usage handed in this cycle, else what the queue's status last persisted."""
+    if given is not None:
+        amounts = {canonical_name(k): float(v) for k, v in given.items()}
+    elif queue.status is not None:
+        amounts = {
+            canonical_name(k): parse_amount(v, f"status.usage.{k}")
+            for k, v in queue.status.usage.items()
+        }
+    else:
+        amounts = {}
+    return MappingProxyType(amounts)

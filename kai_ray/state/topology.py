@@ -1,0 +1,161 @@
+"""Topology trees: for each Topology object, its levels and their domains.
+
+A domain is the set of nodes sharing one value of a level's label under the
+same wider domain; its id is the path of values from the widest level
+("block-1/rack-1"), so "rack-1" under two blocks stays two domains. A node
+without a level's label is outside every domain of that level and of all
+narrower levels. Pure: no I/O; the tree is read-only once built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+import numpy.typing as npt
+
+from kai_ray.values.api import Topology
+
+#: Separates the values of nested levels in a domain id; label values cannot hold it.
+PATH_SEPARATOR = "/"
+OUTSIDE = -1
+
+
+@dataclass(frozen=True)
+class TopologyDomain:
+    id: str
+    #: The label value that names this domain within its parent.
+    value: str
+    level: int
+    parent: str | None
+    node_indices: npt.NDArray[np.int64]
+    #: Free resources of the domain's ready, schedulable nodes (negative free counts as 0).
+    free: npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class TopologyLevel:
+    label: str
+    alias: str | None
+    domains: tuple[TopologyDomain, ...]
+    #: For each snapshot node, the index of its domain in `domains`, or -1 when outside.
+    node_domain: npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class TopologyTree:
+    name: str
+    levels: tuple[TopologyLevel, ...]
+    domains: Mapping[str, TopologyDomain]
+
+    def level_index(self, name: str) -> int | None:
+        """The level named by its node label or its alias, widest first from 0."""
+        for index, level in enumerate(self.levels):
+            if name in (level.label, level.alias):
+                return index
+        return None
+
+    def level(self, name: str) -> TopologyLevel | None:
+        index = self.level_index(name)
+        return None if index is None else self.levels[index]
+
+    def children(self, domain_id: str) -> tuple[TopologyDomain, ...]:
+        domain = self.domains[domain_id]
+        if domain.level + 1 >= len(self.levels):
+            return ()
+        return tuple(d for d in self.levels[domain.level + 1].domains if d.parent == domain_id)
+
+
+def build_topology_tree(
+    topology: Topology,
+    labels: Sequence[Mapping[str, str]],
+    free: npt.NDArray[np.float64],
+    available: npt.NDArray[np.bool_],
+) -> TopologyTree:
+    """The tree of `topology` over the snapshot's nodes.
+
+    `available` marks the nodes whose free resources count towards a domain's free.
+    """
+    countable_free = np.where(available[:, None], np.maximum(free, 0.0), 0.0)
+    parent_paths: list[str | None] = [""] * len(labels)
+    levels: list[TopologyLevel] = []
+    for index, spec in enumerate(topology.spec.levels):
+        paths = _domain_paths(spec.nodeLabel, labels, parent_paths)
+        level = _level(index, spec.nodeLabel, spec.alias, paths, parent_paths, countable_free)
+        levels.append(level)
+        parent_paths = paths
+    domains = {d.id: d for level in levels for d in level.domains}
+    return TopologyTree(topology.metadata.name, tuple(levels), MappingProxyType(domains))
+
+
+def _domain_paths(
+    label: str, labels: Sequence[Mapping[str, str]], parent_paths: Sequence[str | None]
+) -> list[str | None]:
+    """Each node's domain id at this level, None when it (or a wider level) lacks a label."""
+    paths: list[str | None] = []
+    for node_labels, parent in zip(labels, parent_paths, strict=True):
+        value = node_labels.get(label)
+        if parent is None or value is None:
+            paths.append(None)
+        else:
+            paths.append(f"{parent}{PATH_SEPARATOR}{value}" if parent else value)
+    return paths
+
+
+def _level(
+    index: int,
+    label: str,
+    alias: str | None,
+    paths: Sequence[str | None],
+    parent_paths: Sequence[str | None],
+    countable_free: npt.NDArray[np.float64],
+) -> TopologyLevel:
+    ids = sorted({path for path in paths if path is not None})
+    position = {domain_id: i for i, domain_id in enumerate(ids)}
+    node_domain = np.array([OUTSIDE if p is None else position[p] for p in paths], dtype=np.int64)
+    free = np.zeros((len(ids), countable_free.shape[1]), dtype=np.float64)
+    inside = node_domain != OUTSIDE
+    np.add.at(free, node_domain[inside], countable_free[inside])
+    parents = _parents(paths, parent_paths)
+    members = _members_by_domain(node_domain, len(ids))
+    domains = tuple(
+        _domain(domain_id, index, parents[domain_id], members[i], free[i])
+        for i, domain_id in enumerate(ids)
+    )
+    node_domain.setflags(write=False)
+    return TopologyLevel(label, alias, domains, node_domain)
+
+
+def _parents(
+    paths: Sequence[str | None], parent_paths: Sequence[str | None]
+) -> dict[str, str | None]:
+    return {
+        path: parent or None
+        for path, parent in zip(paths, parent_paths, strict=True)
+        if path is not None
+    }
+
+
+def _members_by_domain(
+    node_domain: npt.NDArray[np.int64], count: int
+) -> list[npt.NDArray[np.int64]]:
+    """Node indices of each domain, in one sort rather than one scan per domain."""
+    order = np.argsort(node_domain, kind="stable")
+    bounds = np.searchsorted(node_domain[order], np.arange(count + 1))
+    return [order[bounds[i] : bounds[i + 1]].astype(np.int64) for i in range(count)]
+
+
+def _domain(
+    domain_id: str,
+    level: int,
+    parent: str | None,
+    node_indices: npt.NDArray[np.int64],
+    free: npt.NDArray[np.float64],
+) -> TopologyDomain:
+    node_indices.setflags(write=False)
+    free = free.copy()
+    free.setflags(write=False)
+    value = domain_id.rsplit(PATH_SEPARATOR, 1)[-1]
+    return TopologyDomain(domain_id, value, level, parent, node_indices, free)

@@ -1,0 +1,1 @@
+"""Tools: the command line and the CRD generator. May import every lower layer."""

@@ -1,0 +1,64 @@
+"""SchedulerConfig (`config.kai-ray.io/v1alpha1`): the settings the operator reads.
+
+The same object is read by the operator (from a ConfigMap mounted as a file) and
+by the simulator (as one of its input documents). It is a file format, not a
+CRD: like kube-scheduler's configuration, it changes with a rollout, not with
+`kubectl edit`. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final, Literal
+
+from pydantic import Field
+
+from kai_ray.values.api import ApiModel, Duration, ObjectMeta
+
+CONFIG_API_VERSION: Final = "config.kai-ray.io/v1alpha1"
+DEFAULT_ACTIONS = ("allocate", "consolidate", "reclaim", "preempt", "stale-gang-eviction")
+
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(text: str) -> float:
+    """Seconds in a Go-style duration ("1h30m", "90s", "250ms")."""
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"{text!r} is not a duration such as 90s, 5m or 1h30m")
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+
+
+class TimeBasedFairness(ApiModel):
+    """Decayed usage shifts over-quota weights: P = max(0, W + k*(W - U))."""
+
+    k: float = Field(default=0.0, ge=0, description="0 turns time-based fairness off.")
+    halfLife: Duration = Field(default="1h", description="Half-life of the usage decay.")
+    window: Duration = Field(default="168h", description="Usage older than this is dropped.")
+
+
+class RayBackend(ApiModel):
+    """When the placement module fans candidates out to Ray workers."""
+
+    mode: Literal["auto", "always", "never"] = "auto"
+    minNodes: int = Field(default=2000, ge=1, description="In auto mode, use Ray from this size.")
+    address: str | None = Field(default=None, description="Join this Ray cluster; unset starts one.")
+
+
+class SchedulerConfigSpec(ApiModel):
+    schedulerName: str = "kai-ray"
+    cyclePeriod: Duration = "1s"
+    actions: list[str] = Field(default_factory=lambda: list(DEFAULT_ACTIONS), min_length=1)
+    placementStrategy: Literal["binpack", "spread"] = "binpack"
+    timeBasedFairness: TimeBasedFairness = Field(default_factory=TimeBasedFairness)
+    staleGangGracePeriod: Duration = "60s"
+    consolidationMaxJobs: int = Field(default=8, ge=0)
+    rayBackend: RayBackend = Field(default_factory=RayBackend)
+
+
+class SchedulerConfig(ApiModel):
+    apiVersion: Literal["config.kai-ray.io/v1alpha1"] = CONFIG_API_VERSION
+    kind: Literal["SchedulerConfig"] = "SchedulerConfig"
+    metadata: ObjectMeta = Field(default_factory=lambda: ObjectMeta(name="default"))
+    spec: SchedulerConfigSpec = Field(default_factory=SchedulerConfigSpec)

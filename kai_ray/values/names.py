@@ -1,0 +1,42 @@
+"""Label and annotation keys kai-ray reads and writes, in one place.
+
+Keys have a kai-ray name and, where KAI users already write another, an alias
+that is accepted on input (never written).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+SCHEDULER_NAME = "kai-ray"
+
+QUEUE_LABEL = "kai-ray.io/queue"
+QUEUE_LABEL_ALIASES = ("kai.scheduler/queue",)
+
+POD_GROUP_ANNOTATION = "kai-ray.io/pod-group"
+POD_GROUP_ANNOTATION_ALIASES = ("pod-group-name",)
+
+MIN_MEMBER_ANNOTATION = "kai-ray.io/min-member"
+TOPOLOGY_ANNOTATION = "kai-ray.io/topology"
+TOPOLOGY_REQUIRED_ANNOTATION = "kai-ray.io/topology-required"
+TOPOLOGY_PREFERRED_ANNOTATION = "kai-ray.io/topology-preferred"
+GPU_FRACTION_ANNOTATION = "kai-ray.io/gpu-fraction"
+GPU_MEMORY_ANNOTATION = "kai-ray.io/gpu-memory"
+#: Written by the binder: the device indices a pod was given, "0" or "0,1".
+GPU_DEVICES_ANNOTATION = "kai-ray.io/gpu-devices"
+#: Written on every pod kai-ray derives a group for: which subgroup it belongs to.
+SUBGROUP_LABEL = "kai-ray.io/subgroup"
+PRIORITY_CLASS_LABEL = "priorityClassName"
+
+ADMISSION_GATE = "kai-ray.io/admission"
+
+SIM_SUBMIT_AT = "sim.kai-ray.io/submit-at"
+SIM_DURATION = "sim.kai-ray.io/duration"
+
+
+def first_of(values: Mapping[str, str], key: str, aliases: tuple[str, ...] = ()) -> str | None:
+    """The value under `key`, else under the first alias present, else None."""
+    for candidate in (key, *aliases):
+        if candidate in values:
+            return values[candidate]
+    return None

@@ -1,0 +1,137 @@
+"""Topology trees: levels, domains qualified by their parents, free resources per domain."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kai_ray.state.snapshot import ClusterObjects, Snapshot, build_snapshot
+from kai_ray.state.topology import TopologyTree
+from tests.builders import make_node, make_pod, make_topology
+
+BLOCK, RACK = "example.com/block", "example.com/rack"
+
+
+def two_blocks() -> Snapshot:
+    """Two blocks that both have a rack called rack-1; n5 has no block, n6 no rack."""
+    nodes = [
+        make_node("n1").gpus(8).label(BLOCK, "block-a").label(RACK, "rack-1"),
+        make_node("n2").gpus(8).label(BLOCK, "block-a").label(RACK, "rack-1"),
+        make_node("n3").gpus(8).label(BLOCK, "block-a").label(RACK, "rack-2"),
+        make_node("n4").gpus(8).label(BLOCK, "block-b").label(RACK, "rack-1"),
+        make_node("n5").gpus(8).label(RACK, "rack-1"),
+        make_node("n6").gpus(8).label(BLOCK, "block-b"),
+    ]
+    topology = make_topology("dc").level(BLOCK, "block").level(RACK, "rack").hostname()
+    pods = [make_pod("busy").gpus(3).on("n1").build()]
+    return build_snapshot(
+        ClusterObjects(nodes=[n.build() for n in nodes], pods=pods, topologies=[topology.build()])
+    )
+
+
+def tree() -> TopologyTree:
+    return two_blocks().topologies["dc"]
+
+
+@pytest.mark.parametrize(
+    ("name", "index"),
+    [
+        pytest.param(BLOCK, 0, id="a level is found by its node label"),
+        pytest.param("rack", 1, id="a level is found by its alias"),
+        pytest.param("kubernetes.io/hostname", 2, id="the hostname level is the narrowest"),
+        pytest.param("zone", None, id="an unknown level is not found"),
+    ],
+)
+def test_level_lookup(name: str, index: int | None) -> None:
+    assert tree().level_index(name) == index
+    found = tree().level(name)
+    assert (found is None) == (index is None)
+
+
+def test_rack_names_repeated_under_two_blocks_stay_distinct() -> None:
+    racks = tree().level("rack")
+    assert racks is not None
+    assert [d.id for d in racks.domains] == ["block-a/rack-1", "block-a/rack-2", "block-b/rack-1"]
+    assert [d.value for d in racks.domains] == ["rack-1", "rack-2", "rack-1"]
+    assert [d.parent for d in racks.domains] == ["block-a", "block-a", "block-b"]
+
+
+def test_domains_hold_their_nodes() -> None:
+    snapshot = two_blocks()
+    dc = snapshot.topologies["dc"]
+
+    def names(domain_id: str) -> list[str]:
+        return [snapshot.node_names[i] for i in dc.domains[domain_id].node_indices]
+
+    assert names("block-a") == ["n1", "n2", "n3"]
+    assert names("block-b") == ["n4", "n6"]
+    assert names("block-a/rack-1") == ["n1", "n2"]
+    assert names("block-a/rack-1/n1") == ["n1"]
+    assert [d.id for d in dc.children("block-a")] == ["block-a/rack-1", "block-a/rack-2"]
+    assert dc.children("block-a/rack-1/n1") == ()
+
+
+def test_nodes_missing_a_label_are_outside_that_level_and_below() -> None:
+    snapshot = two_blocks()
+    dc = snapshot.topologies["dc"]
+    n5, n6 = snapshot.node_index["n5"], snapshot.node_index["n6"]
+    assert [level.node_domain[n5] for level in dc.levels] == [-1, -1, -1]
+    assert [level.node_domain[n6] for level in dc.levels][1:] == [-1, -1]
+    assert dc.levels[0].node_domain[n6] == dc.levels[0].domains.index(dc.domains["block-b"])
+    assert all(not d.id.endswith("/n5") and d.id != "n5" for d in dc.domains.values())
+
+
+def test_domain_free_adds_up_the_free_of_its_nodes() -> None:
+    snapshot = two_blocks()
+    dc = snapshot.topologies["dc"]
+    gpu = snapshot.column("gpu")
+    assert dc.domains["block-a"].free[gpu] == 8 * 3 - 3
+    assert dc.domains["block-a/rack-1"].free[gpu] == 13
+    assert dc.domains["block-b"].free[gpu] == 16
+
+
+def test_unready_and_cordoned_nodes_add_nothing_to_a_domain() -> None:
+    nodes = [
+        make_node("ok").gpus(8).label(RACK, "r1").build(),
+        make_node("down").gpus(8).label(RACK, "r1").unready().build(),
+        make_node("cordoned").gpus(8).label(RACK, "r1").cordoned().build(),
+    ]
+    snapshot = build_snapshot(
+        ClusterObjects(nodes=nodes, topologies=[make_topology("t", RACK).build()])
+    )
+    rack = snapshot.topologies["t"].domains["r1"]
+    assert rack.free[snapshot.column("gpu")] == 8
+    assert len(rack.node_indices) == 3
+
+
+def test_an_overcommitted_node_does_not_eat_into_its_neighbours() -> None:
+    nodes = [
+        make_node("full").gpus(1).label(RACK, "r1").build(),
+        make_node("idle").gpus(4).label(RACK, "r1").build(),
+    ]
+    pods = [make_pod("big").gpus(1).on("full").build(), make_pod("more").gpus(1).on("full").build()]
+    snapshot = build_snapshot(
+        ClusterObjects(nodes=nodes, pods=pods, topologies=[make_topology("t", RACK).build()])
+    )
+    assert snapshot.free[snapshot.node_index["full"], snapshot.column("gpu")] == -1
+    assert snapshot.topologies["t"].domains["r1"].free[snapshot.column("gpu")] == 4
+
+
+def test_tree_arrays_are_read_only() -> None:
+    domain = tree().domains["block-a"]
+    with pytest.raises(ValueError, match="read-only"):
+        domain.free[0] = 1.0
+    with pytest.raises(ValueError, match="read-only"):
+        domain.node_indices[0] = 1
+    with pytest.raises(ValueError, match="read-only"):
+        tree().levels[0].node_domain[0] = 7
+    assert isinstance(domain.node_indices, np.ndarray)
+
+
+def test_an_invalid_topology_is_reported_not_built() -> None:
+    bad = make_topology("bad").level(RACK, "rack").level(BLOCK, "rack").build()
+    snapshot = build_snapshot(ClusterObjects(topologies=[bad]))
+    assert "bad" not in snapshot.topologies
+    [problem] = snapshot.problems
+    assert (problem.obj.kind, problem.obj.name, problem.field) == ("Topology", "bad", "spec")
+    assert "used twice" in problem.message
