@@ -44,8 +44,7 @@ def cluster_capacity(snapshot: Snapshot) -> Resources:
 
 
 def _waiting(snapshot: Snapshot) -> list[PodGroupState]:
-    groups = [g for g in snapshot.pod_groups.values() if any(
-        p.node is None for p in g.live_pods())]
+    groups = [g for g in snapshot.pod_groups.values() if any(p.node is None for p in g.live_pods())]
     return sorted(groups, key=lambda g: (g.creation_timestamp, g.key))
 
 

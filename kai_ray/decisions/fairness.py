@@ -71,8 +71,9 @@ def _shifted_weights(claims: Sequence[Claim], k: float) -> list[float]:
     return shifted
 
 
-def _rounds(claims: Sequence[Claim], shares: dict[str, float], left: float, unit: float,
-            k: float) -> float:
+def _rounds(
+    claims: Sequence[Claim], shares: dict[str, float], left: float, unit: float, k: float
+) -> float:
     """Weighted, floored rounds inside one priority bucket; returns what is left."""
     while left >= unit - EPSILON:
         open_claims = [c for c in claims if shares[c.name] < c.cap - EPSILON and c.weight > 0]
@@ -91,16 +92,16 @@ def _rounds(claims: Sequence[Claim], shares: dict[str, float], left: float, unit
     return left
 
 
-def _leftover(claims: Sequence[Claim], shares: dict[str, float], left: float,
-              unit: float) -> float:
+def _leftover(claims: Sequence[Claim], shares: dict[str, float], left: float, unit: float) -> float:
     """One unit at a time to the least-served-for-its-weight queue, ties to the older."""
     while left > EPSILON:
         open_claims = [c for c in claims if shares[c.name] < c.cap - EPSILON and c.weight > 0]
         if not open_claims:
             break
         order = {c.name: i for i, c in enumerate(claims)}
-        pick = min(open_claims, key=lambda c: ((shares[c.name] - c.deserved) / c.weight,
-                                               order[c.name]))
+        pick = min(
+            open_claims, key=lambda c: ((shares[c.name] - c.deserved) / c.weight, order[c.name])
+        )
         give = min(unit, pick.cap - shares[pick.name], left)
         shares[pick.name] += give
         left -= give
@@ -123,20 +124,31 @@ def split(claims: Sequence[Claim], total: float, unit: float, k: float = 0.0) ->
     return shares
 
 
-def _claims(tree: QueueTree, names: Sequence[str], resource: str,
-            requested: Mapping[str, Resources]) -> list[Claim]:
+def _claims(
+    tree: QueueTree, names: Sequence[str], resource: str, requested: Mapping[str, Resources]
+) -> list[Claim]:
     claims = []
     for name in names:
         node = tree[name]
         quota, limit, weight = queue_resource(node, resource)
         want = requested.get(name, Resources())[resource]
         cap = min(want, limit)
-        claims.append(Claim(name, min(quota, cap), cap, weight, node.spec.priority,
-                            node.usage.get(resource, 0.0)))
+        claims.append(
+            Claim(
+                name,
+                min(quota, cap),
+                cap,
+                weight,
+                node.spec.priority,
+                node.usage.get(resource, 0.0),
+            )
+        )
     return claims
 
 
-def subtree_requests(tree: QueueTree, leaf_requests: Mapping[str, Resources]) -> dict[str, Resources]:
+def subtree_requests(
+    tree: QueueTree, leaf_requests: Mapping[str, Resources]
+) -> dict[str, Resources]:
     """What each queue's subtree asks for in all (allocated plus pending)."""
     totals: dict[str, Resources] = {}
     for node in reversed(list(tree.top_down())):
@@ -147,8 +159,9 @@ def subtree_requests(tree: QueueTree, leaf_requests: Mapping[str, Resources]) ->
     return totals
 
 
-def fair_shares(tree: QueueTree, leaf_requests: Mapping[str, Resources], capacity: Resources,
-                k: float = 0.0) -> dict[str, Resources]:
+def fair_shares(
+    tree: QueueTree, leaf_requests: Mapping[str, Resources], capacity: Resources, k: float = 0.0
+) -> dict[str, Resources]:
     """The fair share of every queue, per resource, top-down."""
     requested = subtree_requests(tree, leaf_requests)
     resources = set(capacity) | {r for v in requested.values() for r in v}
@@ -159,9 +172,16 @@ def fair_shares(tree: QueueTree, leaf_requests: Mapping[str, Resources], capacit
     return {name: Resources(amounts) for name, amounts in per_queue.items()}
 
 
-def _descend(tree: QueueTree, names: Sequence[str], total: float, resource: str, unit: float,
-             requested: Mapping[str, Resources], k: float,
-             out: dict[str, dict[str, float]]) -> None:
+def _descend(
+    tree: QueueTree,
+    names: Sequence[str],
+    total: float,
+    resource: str,
+    unit: float,
+    requested: Mapping[str, Resources],
+    k: float,
+    out: dict[str, dict[str, float]],
+) -> None:
     shares = split(_claims(tree, names, resource, requested), total, unit, k)
     for name, share in shares.items():
         out[name][resource] = share

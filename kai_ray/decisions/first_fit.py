@@ -54,7 +54,7 @@ def place_pod(tx: Transaction, group: PodGroupState, pod: PodState) -> bool:
     """Put one pod on the first node that fits; False when none does."""
     snapshot = tx.snapshot
     need = snapshot.vector(pod.requests)
-    whole = int(round(pod.requests[GPU]))
+    whole = round(pod.requests[GPU])
     fits = np.all(tx.free >= need - EPSILON, axis=1) & snapshot.schedulable
     for node in np.flatnonzero(fits):
         devices: tuple[int, ...] = ()

@@ -11,6 +11,7 @@ knows it is simulated. Same input, same output. No I/O.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import heapq
 import math
@@ -20,7 +21,6 @@ from typing import Any
 
 from kai_ray.decisions.cycle import CycleResult, run_cycle
 from kai_ray.decisions.plan import Bind, Evict
-from kai_ray.sim.controllers import pods_for_workload
 from kai_ray.sim.invariants import check_invariants
 from kai_ray.sim.loader import SimInput
 from kai_ray.sim.records import BindingRecord, JobRecord, QueueSample
@@ -92,14 +92,18 @@ class Simulation:
 
     def _schedule_submissions(self) -> None:
         for workload in self.sim.workloads:
-            for group in workload.groups:
-                pods = pods_for_workload(workload.raw, group)
+            for group, group_pods in zip(workload.groups, workload.pods, strict=True):
+                pods = [copy.deepcopy(pod) for pod in group_pods]
                 pg = group.pod_group.model_dump(mode="json", exclude_none=True)
                 job = _new_job(pg, pods, workload.ref.kind, workload.submit_at, workload.duration)
                 self._push(workload.submit_at, SUBMIT, job)
         for explicit, submit_at, duration in self.sim.pod_groups:
             pg = explicit.model_dump(mode="json", exclude_none=True)
-            pods = [dict(d.raw) for d in self.sim.member_pods if _member_of(d.raw, explicit)]
+            pods = [
+                copy.deepcopy(dict(d.raw))
+                for d in self.sim.member_pods
+                if _member_of(d.raw, explicit)
+            ]
             self._push(submit_at, SUBMIT, _new_job(pg, pods, "PodGroup", submit_at, duration))
 
     def run(self) -> None:
@@ -267,7 +271,10 @@ def _member_of(pod: Mapping[str, Any], group: PodGroup) -> bool:
 
 
 def _new_job(
-    pg: dict[str, Any], pods: list[dict[str, Any]], kind: str, submit_at: float,
+    pg: dict[str, Any],
+    pods: list[dict[str, Any]],
+    kind: str,
+    submit_at: float,
     duration: float | None,
 ) -> _Job:
     meta = pg["metadata"]

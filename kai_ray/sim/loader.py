@@ -8,12 +8,13 @@ can exit with status 2 and one line. Reading files is the only I/O here.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from kai_ray.sim.controllers import pods_for_workload
 from kai_ray.sim.nodepool import SIM_API_VERSION, NodePool, expand
 from kai_ray.sim.references import check_references
 from kai_ray.values.api import API_VERSION, PodGroup, Queue, Topology
@@ -23,6 +24,7 @@ from kai_ray.values.names import POD_GROUP_ANNOTATION, SIM_DURATION, SIM_SUBMIT_
 from kai_ray.values.resources import Resources
 from kai_ray.values.validation import object_ref, parse_model
 from kai_ray.workloads.grouping import WorkloadGroup, derive_groups
+from kai_ray.workloads.pods import gpu_share, pod_requests
 
 #: (apiVersion, kind) of every workload kind the simulator can play the controller of.
 WORKLOAD_KINDS = {
@@ -46,11 +48,13 @@ class Document:
 
 @dataclass(frozen=True)
 class Workload:
-    """One submitted workload: its derived groups, when it arrives and how long it runs."""
+    """One submitted workload: its derived groups and their pods, when it arrives, how long
+    it runs."""
 
     raw: Mapping[str, Any]
     ref: ObjectRef
     groups: tuple[WorkloadGroup, ...]
+    pods: tuple[tuple[dict[str, Any], ...], ...]  # per group, as the controller creates them
     submit_at: float
     duration: float | None
 
@@ -64,6 +68,8 @@ class SimInput:
     member_pods: list[Document] = field(default_factory=list)
     workloads: list[Workload] = field(default_factory=list)
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    #: Which file each object came from, by (kind, namespace, name).
+    sources: dict[tuple[str, str | None, str], str] = field(default_factory=dict)
 
 
 def iter_documents(paths: Sequence[Path]) -> Iterator[Document]:
@@ -83,7 +89,8 @@ def _documents_of(file: Path) -> Iterator[Document]:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "(document)"
-        raise InvalidObjectError([Problem(ref, where, f"not valid YAML: {err}")]) from None
+        what = getattr(err, "problem", None) or "cannot be parsed"
+        raise InvalidObjectError([Problem(ref, where, f"not valid YAML: {what}")]) from None
     except (OSError, UnicodeDecodeError) as err:
         raise InvalidObjectError([Problem(ref, "(file)", f"cannot read: {err}")]) from None
     for i, doc in enumerate(docs):
@@ -149,16 +156,36 @@ def _read_document(doc: Document, sim: SimInput) -> None:
     elif (api_version, kind) == (CONFIG_API_VERSION, "SchedulerConfig"):
         sim.config = parse_model(SchedulerConfig, doc.raw, doc.source)
     elif (api_version, kind) == ("v1", "Pod") and _names_pod_group(doc.raw):
+        check_pod(doc.raw, doc.ref)
         sim.member_pods.append(doc)
     elif (api_version, kind) in WORKLOAD_KINDS:
         groups = tuple(derive_groups(doc.raw, doc.source))
-        sim.workloads.append(Workload(doc.raw, doc.ref, groups, *sim_times(doc.raw, doc.ref)))
+        pods = tuple(_checked_pods(doc, group) for group in groups)
+        times = sim_times(doc.raw, doc.ref)
+        sim.workloads.append(Workload(doc.raw, doc.ref, groups, pods, *times))
     else:
         known = "Node, NodePool, Queue, Topology, PodGroup, Pod, Job, RayCluster, RayJob, "
         known += "PodCliqueSet, SchedulerConfig"
         raise InvalidObjectError(
             [Problem(doc.ref, "apiVersion/kind", f"{api_version}/{kind} is not one of {known}")]
         )
+
+
+def check_pod(pod: Mapping[str, Any], ref: ObjectRef, prefix: str = "") -> None:
+    """The pod's requests and GPU share can be read; else a problem on `ref`."""
+    try:
+        pod_requests(pod)
+        gpu_share(pod)
+    except InvalidFieldError as err:
+        raise InvalidObjectError([Problem(ref, prefix + err.field, err.message)]) from None
+
+
+def _checked_pods(doc: Document, group: WorkloadGroup) -> tuple[dict[str, Any], ...]:
+    pods = pods_for_workload(doc.raw, group)
+    for pod in pods:
+        name = (pod.get("metadata") or {}).get("name")
+        check_pod(pod, doc.ref, f"pod {name} from the template: ")
+    return tuple(pods)
 
 
 def _names_pod_group(raw: Mapping[str, Any]) -> bool:
@@ -171,5 +198,20 @@ def load(paths: Sequence[Path]) -> SimInput:
     sim = SimInput()
     for doc in iter_documents(paths):
         _read_document(doc, sim)
-    check_references(sim)
+        ref = doc.ref
+        sim.sources.setdefault((ref.kind, ref.namespace, ref.name), doc.source)
+    try:
+        check_references(sim)
+    except InvalidObjectError as err:
+        raise InvalidObjectError([_with_source(p, sim.sources) for p in err.problems]) from None
     return sim
+
+
+def _with_source(problem: Problem, sources: Mapping[tuple[str, str | None, str], str]) -> Problem:
+    obj = problem.obj
+    if obj.source is not None:
+        return problem
+    source = sources.get((obj.kind, obj.namespace, obj.name))
+    if source is None and obj.namespace is None:
+        source = sources.get((obj.kind, "default", obj.name))
+    return Problem(replace(obj, source=source), problem.field, problem.message)

@@ -66,7 +66,9 @@ def check_queue_use(
 
 
 def check_constraint(
-    topologies: Mapping[str, Topology], constraint: TopologyConstraint | None, obj: ObjectRef,
+    topologies: Mapping[str, Topology],
+    constraint: TopologyConstraint | None,
+    obj: ObjectRef,
     field: str,
 ) -> None:
     """A named Topology exists and has the levels the constraint names."""
@@ -80,11 +82,17 @@ def check_constraint(
     for key in ("requiredLevel", "preferredLevel"):
         level = getattr(constraint, key)
         if level is not None and topology.spec.resolve(level) is None:
-            raise _fail(obj, f"{field}.{key}", f"Topology {constraint.topology!r} has no level {level!r}")
+            raise _fail(
+                obj, f"{field}.{key}", f"Topology {constraint.topology!r} has no level {level!r}"
+            )
 
 
 def _check_group_spec(
-    sim: SimInput, spec: PodGroupSpec, namespace: str, obj: ObjectRef, queue_field: str,
+    sim: SimInput,
+    spec: PodGroupSpec,
+    namespace: str,
+    obj: ObjectRef,
+    queue_field: str,
     prefix: str,
 ) -> None:
     queues = {q.metadata.name: q for q in sim.queues}

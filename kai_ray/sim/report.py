@@ -32,8 +32,9 @@ def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
 
 
 def all_bindings(sim: Simulation) -> list[BindingRecord]:
-    return sorted([*sim.released, *sim.bindings.values()], key=lambda b: (b.bound_s, b.namespace,
-                                                                            b.name))
+    return sorted(
+        [*sim.released, *sim.bindings.values()], key=lambda b: (b.bound_s, b.namespace, b.name)
+    )
 
 
 def gpu_seconds(bindings: Sequence[BindingRecord], end: float) -> float:
@@ -54,14 +55,16 @@ def cluster_gpus(sim: Simulation) -> float:
     return total
 
 
-def summary(sim: Simulation, jobs: Sequence[JobRecord], bindings: Sequence[BindingRecord]
-            ) -> dict[str, Any]:
+def summary(
+    sim: Simulation, jobs: Sequence[JobRecord], bindings: Sequence[BindingRecord]
+) -> dict[str, Any]:
     end = sim.end_time()
     waits = [j.started_s - j.submitted_s for j in jobs if j.started_s is not None]
     capacity = cluster_gpus(sim)
     used = gpu_seconds(bindings, end)
-    reasons = Counter(b.release_reason for b in bindings if b.release_reason not in (None,
-                                                                                     "completed"))
+    reasons = Counter(
+        b.release_reason for b in bindings if b.release_reason not in (None, "completed")
+    )
     return {
         "jobs": len(jobs),
         "jobs_started": sum(1 for j in jobs if j.started_s is not None),
@@ -80,8 +83,9 @@ def summary(sim: Simulation, jobs: Sequence[JobRecord], bindings: Sequence[Bindi
 
 
 def build_report(sim: Simulation) -> dict[str, Any]:
-    jobs = sorted((j.record for j in sim.jobs.values()), key=lambda r: (r.submitted_s,
-                                                                        r.namespace, r.name))
+    jobs = sorted(
+        (j.record for j in sim.jobs.values()), key=lambda r: (r.submitted_s, r.namespace, r.name)
+    )
     bindings = all_bindings(sim)
     parents = {q.metadata.name: q.spec.parentQueue for q in sim.sim.queues}
     return {

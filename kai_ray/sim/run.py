@@ -32,11 +32,18 @@ def parse_until(text: str | None) -> float | None:
             return float(text[:-1]) * 86400
         return duration_seconds(text)
     except ValueError as err:
-        raise InvalidObjectError([Problem(ObjectRef("Option", "--until"), "value", str(err))]) from None
+        raise InvalidObjectError(
+            [Problem(ObjectRef("Option", "--until"), "value", str(err))]
+        ) from None
 
 
-def run_simulation(inputs: Sequence[Path], report: Path | None = None, plot: Path | None = None,
-                   until: str | None = None, quiet: bool = False) -> int:
+def run_simulation(
+    inputs: Sequence[Path],
+    report: Path | None = None,
+    plot: Path | None = None,
+    until: str | None = None,
+    quiet: bool = False,
+) -> int:
     limit = parse_until(until)
     sim = Simulation(load(inputs), until=limit)
     sim.run()
@@ -75,22 +82,34 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
         jobs.add_column(column)
     for job in report["jobs"][:50]:
         jobs.add_row(
-            f"{job['namespace']}/{job['name']}", job["kind"], job["queue"], str(job["min_member"]),
-            _seconds(job["submitted_s"]), _seconds(job["started_s"]),
-            _seconds(job["finished_s"]), job["reason"] or "",
+            f"{job['namespace']}/{job['name']}",
+            job["kind"],
+            job["queue"],
+            str(job["min_member"]),
+            _seconds(job["submitted_s"]),
+            _seconds(job["started_s"]),
+            _seconds(job["finished_s"]),
+            job["reason"] or "",
         )
     if len(report["jobs"]) > 50:
         jobs.caption = f"first 50 of {len(report['jobs'])} jobs; the report has all"
     console.print(jobs)
     queues = Table(title="Queues (GPUs)")
-    for column in ("queue", "parent", "mean allocated", "peak allocated", "mean fair share",
-                   "peak requested"):
+    for column in (
+        "queue",
+        "parent",
+        "mean allocated",
+        "peak allocated",
+        "mean fair share",
+        "peak requested",
+    ):
         queues.add_column(column, justify="left" if column in ("queue", "parent") else "right")
     end = summary["end_s"]
     for queue in report["queues"]:
         samples = queue["samples"]
         queues.add_row(
-            queue["name"], queue["parent"] or "",
+            queue["name"],
+            queue["parent"] or "",
             f"{time_mean(samples, 'allocated', end):.1f}",
             f"{max((s['allocated'][GPU] for s in samples), default=0):g}",
             f"{time_mean(samples, 'fair_share', end):.1f}",

@@ -188,4 +188,6 @@ def _commit(
 ) -> None:
     share = pod.gpu_share is not None
     ledger.take(devices, pod.gpu_fraction if share else 1.0, share)
-    result.pods[pod.key] = dataclasses.replace(pod, devices=tuple(devices))
+    if tuple(devices) != pod.devices:
+        pod = dataclasses.replace(pod, devices=tuple(devices))
+    result.pods[pod.key] = pod

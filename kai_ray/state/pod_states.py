@@ -37,7 +37,7 @@ from kai_ray.workloads.pods import (
 POD = "Pod"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodState:
     """One pod as the cycle sees it."""
 

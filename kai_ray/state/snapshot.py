@@ -10,7 +10,9 @@ cache again after this. Pure: no I/O; arrays are read-only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import contextlib
+import gc
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -98,6 +100,30 @@ class Snapshot:
 
 
 def build_snapshot(objects: ClusterObjects, *, scheduler_name: str = SCHEDULER_NAME) -> Snapshot:
+    """The snapshot of `objects`; `scheduler_name` says whose pods are pending here."""
+    with _cyclic_gc_paused():
+        return _build(objects, scheduler_name)
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Hold back the cycle collector while the snapshot is built.
+
+    The build allocates several objects per pod and keeps them, so the collector
+    runs full passes over every object the cache holds (about a million at 40,000
+    pods), which measured at 40% of the build. Nothing here makes reference
+    cycles, so delaying collection loses nothing; the previous state is restored.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _build(objects: ClusterObjects, scheduler_name: str) -> Snapshot:
     # 1. Read every node and pod once; unreadable ones become problems.
     node_reading = read_nodes(objects.nodes)
     pod_reading = read_pods(objects.pods)

@@ -18,10 +18,28 @@ from kai_ray.values import api
 from kai_ray.values.api import ApiModel
 
 _KEEP_KEYS = {
-    "type", "properties", "additionalProperties", "items", "required", "enum", "description",
-    "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems", "maxProperties",
-    "pattern", "anyOf", "x-kubernetes-int-or-string", "x-kubernetes-validations",
-    "x-kubernetes-preserve-unknown-fields", "default", "format", "exclusiveMinimum",
+    "type",
+    "properties",
+    "additionalProperties",
+    "items",
+    "required",
+    "enum",
+    "description",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "maxProperties",
+    "pattern",
+    "anyOf",
+    "x-kubernetes-int-or-string",
+    "x-kubernetes-validations",
+    "x-kubernetes-preserve-unknown-fields",
+    "default",
+    "format",
+    "exclusiveMinimum",
 }
 
 _AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}

@@ -8,7 +8,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
@@ -82,9 +82,7 @@ class ObjectMeta(BaseModel):
 class QueueResource(ApiModel):
     """Quota, limit and over-quota weight of one resource in one queue."""
 
-    quota: Quantity | None = Field(
-        default=None, description="Guaranteed amount. Unset means 0."
-    )
+    quota: Quantity | None = Field(default=None, description="Guaranteed amount. Unset means 0.")
     limit: Quantity | None = Field(
         default=None, description="Hard ceiling, quota included. Unset means no limit."
     )
@@ -287,7 +285,7 @@ class PodGroupSpec(ApiModel):
     ]
 
 
-class Phase(str, Enum):
+class Phase(StrEnum):
     PENDING = "Pending"
     ADMITTED = "Admitted"
     RUNNING = "Running"

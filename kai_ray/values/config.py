@@ -43,7 +43,9 @@ class RayBackend(ApiModel):
 
     mode: Literal["auto", "always", "never"] = "auto"
     minNodes: int = Field(default=2000, ge=1, description="In auto mode, use Ray from this size.")
-    address: str | None = Field(default=None, description="Join this Ray cluster; unset starts one.")
+    address: str | None = Field(
+        default=None, description="Join this Ray cluster; unset starts one."
+    )
 
 
 class SchedulerConfigSpec(ApiModel):

@@ -24,6 +24,7 @@ def _parse_quantity(text: str) -> Decimal:
     value = parse_quantity(text)  # type: ignore[no-untyped-call]
     return Decimal(value)
 
+
 CPU = "cpu"
 MEMORY = "memory"
 GPU = "nvidia.com/gpu"
@@ -97,7 +98,9 @@ class Resources(Mapping[str, float]):
         if quantities is None:
             return cls()
         if not isinstance(quantities, Mapping):
-            raise InvalidFieldError(field, f"expected a map of resource quantities, got {quantities!r}")
+            raise InvalidFieldError(
+                field, f"expected a map of resource quantities, got {quantities!r}"
+            )
         return cls({str(k): parse_amount(v, f"{field}.{k}") for k, v in quantities.items()})
 
     @classmethod

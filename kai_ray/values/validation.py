@@ -5,8 +5,8 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 import re
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -16,16 +16,16 @@ from kai_ray.values.errors import InvalidObjectError, ObjectRef, Problem
 M = TypeVar("M", bound=BaseModel)
 
 #: A model-level validator may start its message with a sub-field: "levels[1]: ...".
-_SUBFIELD = re.compile(r"^([A-Za-z]\w*(?:\[[^\]]+\])*(?:\.[A-Za-z]\w*(?:\[[^\]]+\])*)*): (.+)$")
+_SUBFIELD = re.compile(
+    r"^((?:[A-Za-z]\w*|\[[^\]]+\])(?:\[[^\]]+\])*(?:\.[A-Za-z]\w*(?:\[[^\]]+\])*)*): (.+)$"
+)
 
 
 def field_path(location: tuple[int | str, ...]) -> str:
     """`("spec", "subGroups", 0, "minMember")` -> `spec.subGroups[0].minMember`."""
     path = ""
     for part in location:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif "." in part or "/" in part:
+        if isinstance(part, int) or "." in part or "/" in part:
             path += f"[{part}]"
         else:
             path += f".{part}" if path else part

@@ -298,7 +298,8 @@ def test_plain_user_is_refused_by_rbac(
     with pytest.raises(ApiException) as denied:
         user_core.list_namespaced_pod(namespace)
     assert denied.value.status == 403
-    assert 'User "e2e-user" cannot list resource "pods"' in denied.value.body
+    message = json.loads(denied.value.body)["message"]
+    assert 'User "e2e-user" cannot list resource "pods"' in message, message
 
     rbac = client.RbacAuthorizationV1Api(admin_api)
     rbac.create_namespaced_role(

@@ -37,9 +37,7 @@ def test_no_module_of_the_package_is_named_after_a_standard_library_module() -> 
     assert stdlib_shadows(ROOT / "kai_ray") == []
 
 
-@pytest.mark.parametrize(
-    "name", ["queue.py", "types.py", "operator.py", "resource.py", "sched.py"]
-)
+@pytest.mark.parametrize("name", ["queue.py", "types.py", "operator.py", "resource.py", "sched.py"])
 def test_the_shadow_check_catches_stdlib_names(tmp_path: Path, name: str) -> None:
     (tmp_path / "fine_name.py").write_text("")
     (tmp_path / name).write_text("")
@@ -53,8 +51,21 @@ def test_the_python_check_catches_a_python_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["pyproject.toml", "kai_ray", "operator", "crds", "tests", "e2e", "helm", "docs",
-     "CHANGELOG.md", "BREAKING_CHANGES.md", "README.md", ".ci/run", "Makefile"],
+    [
+        "pyproject.toml",
+        "kai_ray",
+        "operator",
+        "crds",
+        "tests",
+        "e2e",
+        "helm",
+        "docs",
+        "CHANGELOG.md",
+        "BREAKING_CHANGES.md",
+        "README.md",
+        ".ci/run",
+        "Makefile",
+    ],
 )
 def test_the_top_level_layout_exists(path: str) -> None:
     assert (ROOT / path).exists()
