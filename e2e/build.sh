@@ -34,14 +34,14 @@ declare -A MODULE=(
   [kuberay]=github.com/ray-project/kuberay/ray-operator
 )
 declare -A PACKAGES=(
-  [kubernetes]="k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler"
+  [kubernetes]="k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl"
   [etcd]="go.etcd.io/etcd/server/v3"
   [kwok]="sigs.k8s.io/kwok/cmd/kwok"
   [helm]="helm.sh/helm/v4/cmd/helm"
   [kuberay]="github.com/ray-project/kuberay/ray-operator"
 )
 declare -A BINARIES=(
-  [kubernetes]="kube-apiserver kube-controller-manager kube-scheduler"
+  [kubernetes]="kube-apiserver kube-controller-manager kube-scheduler kubectl"
   [etcd]="etcd"
   [kwok]="kwok"
   [helm]="helm"

@@ -153,7 +153,14 @@ EOF
   chmod 600 "$f"
 }
 
-kube() { kubectl --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
+# kubectl built with the control plane (same release); the machine's as a fallback
+kubectl_bin() {
+  local k
+  k="$(bindir kubernetes)/kubectl"
+  if [[ -x "$k" ]]; then echo "$k"; else command -v kubectl; fi
+}
+
+kube() { "$KUBECTL" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
 
 api_ready() {
   curl -sf --max-time 2 --cacert "$PKI/ca.crt" -H "Authorization: Bearer $(token_of e2e-admin)" \
@@ -193,6 +200,7 @@ up() {
   # anything half-started is torn down first, so up always ends in one state
   down_quiet
   local t0=$SECONDS k8s etcd_bin kwok_bin ray_bin
+  KUBECTL="$(kubectl_bin)"
   k8s="$(bindir kubernetes)"; etcd_bin="$(bindir etcd)/etcd"
   kwok_bin="$(bindir kwok)/kwok"; ray_bin="$(bindir kuberay)/ray-operator"
   mkdir -p "$RUN" "$LOGS" "$PIDS"
@@ -315,7 +323,9 @@ status() {
 env_() {
   echo "export KUBECONFIG=$KUBECONFIG_ADMIN"
   echo "export KAI_RAY_E2E_USER_KUBECONFIG=$KUBECONFIG_USER"
+  echo "export KAI_RAY_E2E_KUBECTL=$(kubectl_bin)"
   echo "export KAI_RAY_E2E_HELM=$(bindir helm)/helm"
+  echo "export PATH=$(bindir kubernetes):$(bindir helm):\$PATH"
 }
 
 case "${1:-}" in

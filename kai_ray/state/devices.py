@@ -9,7 +9,6 @@ fullest shared device it fits on, else to the lowest free device. Pure: no I/O.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -146,7 +145,7 @@ def _resolve_fraction(pod: PodState, device_mib: float, problems: list[Problem])
                 "device",
             )
         )
-    return dataclasses.replace(pod, gpu_fraction=min(fraction or 1.0, 1.0))
+    return pod.on_devices(pod.devices, min(fraction or 1.0, 1.0))
 
 
 def _take_recorded(ledger: _Ledger, pod: PodState, result: DeviceAccounting) -> bool:
@@ -188,6 +187,4 @@ def _commit(
 ) -> None:
     share = pod.gpu_share is not None
     ledger.take(devices, pod.gpu_fraction if share else 1.0, share)
-    if tuple(devices) != pod.devices:
-        pod = dataclasses.replace(pod, devices=tuple(devices))
-    result.pods[pod.key] = pod
+    result.pods[pod.key] = pod.on_devices(tuple(devices), pod.gpu_fraction)

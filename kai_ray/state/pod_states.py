@@ -78,6 +78,27 @@ class PodState:
     def ref(self) -> ObjectRef:
         return ObjectRef(POD, self.name, self.namespace)
 
+    def on_devices(self, devices: tuple[int, ...], gpu_fraction: float) -> PodState:
+        """This pod with its devices settled; spelled out because it runs per GPU pod
+        and `dataclasses.replace` costs three times as much."""
+        return PodState(
+            self.key,
+            self.name,
+            self.namespace,
+            self.node,
+            self.phase,
+            self.scheduler,
+            self.requests,
+            self.gpu_share,
+            gpu_fraction,
+            devices,
+            self.creation_timestamp,
+            self.priority,
+            self.pod_group,
+            self.subgroup,
+            self.scheduling_gates,
+        )
+
 
 @dataclass
 class PodReading:

@@ -35,6 +35,7 @@ UP_TIMEOUT = 5 * 60
 class ControlPlane:
     kubeconfig: Path
     user_kubeconfig: Path
+    kubectl_bin: Path
     helm: Path | None
     kuberay: bool
     env: dict[str, str]
@@ -45,7 +46,7 @@ class ControlPlane:
         """Run kubectl as the admin (or the plain user) and capture its output."""
         kc = self.user_kubeconfig if user else self.kubeconfig
         return subprocess.run(
-            ["kubectl", "--kubeconfig", str(kc), *args],
+            [str(self.kubectl_bin), "--kubeconfig", str(kc), *args],
             input=input,
             capture_output=True,
             text=True,
@@ -124,6 +125,7 @@ def control_plane() -> Iterator[ControlPlane]:
     plane = ControlPlane(
         kubeconfig=Path(exports["KUBECONFIG"]),
         user_kubeconfig=Path(exports["KAI_RAY_E2E_USER_KUBECONFIG"]),
+        kubectl_bin=Path(exports["KAI_RAY_E2E_KUBECTL"]),
         helm=helm if helm.exists() else None,
         kuberay=kuberay,
         env=env,

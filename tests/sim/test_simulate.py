@@ -1,0 +1,165 @@
+"""`kai-ray simulate` end to end: the report contract, gangs bound together, determinism."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from textwrap import dedent
+
+import pytest
+
+from kai_ray.tools.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "examples" / "quickstart"
+
+JOB_FIELDS = {
+    "name",
+    "namespace",
+    "kind",
+    "queue",
+    "min_member",
+    "submitted_s",
+    "admitted_s",
+    "started_s",
+    "finished_s",
+    "reason",
+}
+POD_FIELDS = {
+    "name",
+    "namespace",
+    "job",
+    "node",
+    "requests",
+    "gpu_devices",
+    "bound_s",
+    "released_s",
+    "release_reason",
+}
+SAMPLE_FIELDS = {"t_s", "allocated", "requested", "fair_share"}
+RESOURCE_NAMES = {"cpu", "memory", "nvidia.com/gpu"}
+
+
+def simulate(tmp_path: Path, *inputs: Path, extra: tuple[str, ...] = ()) -> dict:  # type: ignore[type-arg]
+    report = tmp_path / "report.json"
+    status = main(["simulate", *map(str, inputs), "--report", str(report), "--quiet", *extra])
+    assert status == 0
+    return json.loads(report.read_text())  # type: ignore[no-any-return]
+
+
+def test_quickstart_report_has_every_field_of_the_contract(tmp_path: Path) -> None:
+    report = simulate(tmp_path, QUICKSTART)
+    assert report["version"] == 1
+    assert set(report) == {"version", "summary", "jobs", "pods", "queues"}
+    assert report["jobs"] and report["pods"] and report["queues"]
+    for job in report["jobs"]:
+        assert set(job) == JOB_FIELDS
+    for pod in report["pods"]:
+        assert set(pod) == POD_FIELDS
+        assert RESOURCE_NAMES <= set(pod["requests"])
+    for queue in report["queues"]:
+        assert set(queue) == {"name", "parent", "samples"}
+        for sample in queue["samples"]:
+            assert set(sample) == SAMPLE_FIELDS
+            for key in ("allocated", "requested", "fair_share"):
+                assert RESOURCE_NAMES <= set(sample[key])
+    summary = report["summary"]
+    for key in ("jobs", "gpu_utilisation", "wait_s", "evictions"):
+        assert key in summary
+    assert set(summary["wait_s"]) == {"mean", "p50", "p95", "max"}
+
+
+def test_quickstart_team_b_waits_for_team_a_and_says_why(tmp_path: Path) -> None:
+    report = simulate(tmp_path, QUICKSTART)
+    jobs = {j["name"]: j for j in report["jobs"]}
+    finetune = jobs["job-finetune"]
+    assert finetune["started_s"] > finetune["submitted_s"]
+    assert all(j["finished_s"] is not None for j in jobs.values())
+    notebook = [p for p in report["pods"] if p["job"] == "team-a/pod-notebook"]
+    assert notebook[0]["requests"]["nvidia.com/gpu"] == 0.5
+    assert len(notebook[0]["gpu_devices"]) == 1
+
+
+def test_quickstart_is_deterministic(tmp_path: Path) -> None:
+    first = simulate(tmp_path, QUICKSTART)
+    second = simulate(tmp_path, QUICKSTART)
+    assert first == second
+
+
+CLUSTER = """\
+apiVersion: sim.kai-ray.io/v1alpha1
+kind: NodePool
+metadata: {name: pool}
+spec:
+  count: {count}
+  namePrefix: gpu
+  capacity: {cpu: "64", memory: 512Gi, nvidia.com/gpu: 8}
+---
+apiVersion: scheduling.kai-ray.io/v1alpha1
+kind: Queue
+metadata: {name: team}
+"""
+
+RAYCLUSTER = """\
+apiVersion: ray.io/v1
+kind: RayCluster
+metadata:
+  name: rc
+  namespace: ml
+  labels: {kai-ray.io/queue: team}
+spec:
+  headGroupSpec:
+    rayStartParams: {}
+    template: {spec: {containers: [{name: head, resources: {requests: {cpu: "2"}}}]}}
+  workerGroupSpecs:
+    - groupName: a
+      minReplicas: 2
+      replicas: 2
+      numOfHosts: 2
+      rayStartParams: {}
+      template:
+        spec:
+          containers: [{name: w, resources: {requests: {cpu: "4", nvidia.com/gpu: 4}}}]
+    - groupName: b
+      minReplicas: 0
+      replicas: 3
+      numOfHosts: 1
+      rayStartParams: {}
+      template:
+        spec:
+          containers: [{name: w, resources: {requests: {cpu: "4", nvidia.com/gpu: 4}}}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("nodes", "bound"),
+    [
+        pytest.param(4, 8, id="fits: all 8 pods of the RayCluster bound at the same virtual time"),
+        pytest.param(3, 0, id="28 GPUs needed, 24 free: none of its pods is bound"),
+    ],
+)
+def test_raycluster_gang_binds_together_or_not_at_all(
+    tmp_path: Path, nodes: int, bound: int
+) -> None:
+    (tmp_path / "cluster.yaml").write_text(CLUSTER.replace("{count}", str(nodes)))
+    (tmp_path / "rc.yaml").write_text(dedent(RAYCLUSTER))
+    report = simulate(tmp_path, tmp_path)
+    job = report["jobs"][0]
+    assert job["min_member"] == 8
+    pods = [p for p in report["pods"] if p["job"] == "ml/raycluster-rc"]
+    assert len(pods) == bound
+    assert len({p["bound_s"] for p in pods}) <= 1
+    if bound == 0:
+        assert job["started_s"] is None and "gang of 8" in job["reason"]
+
+
+def test_plot_is_written(tmp_path: Path) -> None:
+    plot = tmp_path / "queues.png"
+    simulate(tmp_path, QUICKSTART, extra=("--plot", str(plot)))
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_until_stops_the_clock(tmp_path: Path) -> None:
+    report = simulate(tmp_path, QUICKSTART, extra=("--until", "30m"))
+    assert report["summary"]["end_s"] <= 1800
+    assert any(j["finished_s"] is None for j in report["jobs"])
