@@ -33,6 +33,8 @@ from kai_ray.values.errors import Problem
 from kai_ray.values.names import SCHEDULER_NAME
 from kai_ray.values.resources import CORE, GPU, Resources, canonical_name
 
+#: The node resource that caps how many pods a node runs.
+POD_COUNT = "pods"
 Matrix = npt.NDArray[np.float64]
 Flags = npt.NDArray[np.bool_]
 
@@ -59,7 +61,8 @@ class Snapshot:
     #: [n_nodes, n_resources] float64; cpu in cores, memory in bytes, GPUs in devices.
     capacity: Matrix
     allocatable: Matrix
-    #: Requests of every non-terminal pod bound to the node, whatever its scheduler.
+    #: Requests of every non-terminal pod bound to the node, whatever its scheduler
+    #: (GPU shares as parts of a GPU; one `pods` per pod when nodes report that column).
     used: Matrix
     #: allocatable - used; negative where a node is overcommitted.
     free: Matrix
@@ -218,6 +221,9 @@ def _used(pods: Sequence[PodState], node_index: Mapping[str, int], names: Sequen
     rows = np.array(node_rows, dtype=np.intp)
     np.add.at(used, rows, _matrix(list(shapes), names)[np.array(shape_ids, dtype=np.intp)])
     np.add.at(used[:, names.index(GPU)], rows, np.array(fractions, dtype=np.float64))
+    if POD_COUNT in names:
+        # Nodes cap their pod count (status.allocatable.pods); no pod requests it.
+        np.add.at(used[:, names.index(POD_COUNT)], rows, 1.0)
     return _read_only(used)
 
 

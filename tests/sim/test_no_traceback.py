@@ -53,8 +53,12 @@ def cases() -> Iterator[Any]:
 
 @pytest.mark.parametrize(("docs", "index", "path", "value"), list(cases()))
 def test_mutation_runs_or_is_refused_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], docs: list[dict[str, Any]], index: int,
-    path: tuple[Any, ...], value: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    docs: list[dict[str, Any]],
+    index: int,
+    path: tuple[Any, ...],
+    value: Any,
 ) -> None:
     changed = [mutated(d, path, value) if i == index else d for i, d in enumerate(docs)]
     (tmp_path / "input.yaml").write_text(yaml.safe_dump_all(changed))
