@@ -79,23 +79,35 @@ wait_for() { # <what> <seconds> <command...>
   done
 }
 
-stop_one() { # <name>: TERM its process group, then KILL what is left
-  local f="$PIDS/$1.pid" pid i
-  [[ -f "$f" ]] || return 0
-  pid="$(cat "$f")"
-  if kill -0 "$pid" 2>/dev/null || kill -0 -- "-$pid" 2>/dev/null; then
+group_alive() { kill -0 -- "-$1" 2>/dev/null || kill -0 "$1" 2>/dev/null; }
+
+stop_all() { # <name>...: TERM their process groups at once, then KILL what is left
+  local name pid pids=() i left
+  for name in "$@"; do
+    [[ -f "$PIDS/$name.pid" ]] || continue
+    pid="$(cat "$PIDS/$name.pid")"
+    pids+=("$pid")
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 1 50); do
-      kill -0 -- "-$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL -- "-$pid" 2>/dev/null || true
-    for i in $(seq 1 20); do
-      kill -0 -- "-$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-  fi
-  rm -f "$f"
+  done
+  for i in $(seq 1 100); do # up to 10 s of graceful shutdown
+    left=0
+    for pid in "${pids[@]}"; do group_alive "$pid" && left=1; done
+    (( left )) || break
+    sleep 0.1
+  done
+  for pid in "${pids[@]}"; do
+    if group_alive "$pid"; then
+      log "process group $pid did not stop on TERM; killing it"
+      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  for i in $(seq 1 30); do
+    left=0
+    for pid in "${pids[@]}"; do group_alive "$pid" && left=1; done
+    (( left )) || break
+    sleep 0.1
+  done
+  for name in "$@"; do rm -f "$PIDS/$name.pid"; done
 }
 
 gen_pki() {
@@ -266,10 +278,9 @@ up() {
   if [[ "$WITH_KUBERAY" != 0 ]]; then
     local crds f
     crds="$(gomod_dir kuberay github.com/ray-project/kuberay/ray-operator)/config/crd/bases"
-    for f in ray.io_rayclusters ray.io_rayjobs ray.io_rayservices; do
-      # too large for client-side apply's last-applied annotation
-      kube apply --server-side --force-conflicts -f "$crds/$f.yaml" >/dev/null
-    done
+    # too large for client-side apply's last-applied annotation: apply server-side
+    kube apply --server-side --force-conflicts -f "$crds/ray.io_rayclusters.yaml" \
+      -f "$crds/ray.io_rayjobs.yaml" -f "$crds/ray.io_rayservices.yaml" >/dev/null
     kube wait --for=condition=Established --timeout=60s \
       crd/rayclusters.ray.io crd/rayjobs.ray.io crd/rayservices.ray.io >/dev/null
     KUBECONFIG="$RUN/kuberay-operator.kubeconfig" start ray-operator "$ray_bin" \
@@ -290,8 +301,10 @@ up() {
 }
 
 down_quiet() {
-  local i
-  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop_one "${COMPONENTS[$i]}"; done
+  # clients first, then the apiserver, then etcd
+  stop_all ray-operator kwok kube-scheduler kube-controller-manager
+  stop_all kube-apiserver
+  stop_all etcd
   rm -rf "$ETCD_DATA"
 }
 

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kai_ray.values.errors import InvalidFieldError, ObjectRef, Problem
+from kai_ray.values.validation import problems_from
 
 
 def object_ref(obj: Mapping[str, Any], kind: str | None = None) -> ObjectRef:
@@ -32,18 +33,4 @@ def field_problem(ref: ObjectRef, err: InvalidFieldError) -> Problem:
 
 def validation_problems(ref: ObjectRef, err: ValidationError) -> list[Problem]:
     """One problem per pydantic error, its location written as a field path."""
-    return [
-        Problem(ref, field_path(error["loc"]) or "<object>", error["msg"])
-        for error in err.errors(include_url=False)
-    ]
-
-
-def field_path(location: tuple[int | str, ...]) -> str:
-    """('spec', 'subGroups', 0, 'minMember') -> 'spec.subGroups[0].minMember'."""
-    path = ""
-    for part in location:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        else:
-            path += f".{part}" if path else str(part)
-    return path
+    return problems_from(err, ref)
