@@ -232,6 +232,7 @@ up() {
     --unsafe-no-fsync=true --max-request-bytes=10485760 --quota-backend-bytes=2147483648 \
     --log-level=warn
   wait_for etcd 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health" || { tail -20 "$LOGS/etcd.log" >&2; down_quiet; exit 1; }
+  log "etcd ready (+$((SECONDS - t0))s)"
 
   start kube-apiserver "$k8s/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
@@ -246,6 +247,7 @@ up() {
     --disable-admission-plugins=TaintNodesByCondition \
     --profiling=false --v=1
   wait_for kube-apiserver 90 api_ready || { tail -30 "$LOGS/kube-apiserver.log" >&2; down_quiet; exit 1; }
+  log "kube-apiserver ready (+$((SECONDS - t0))s)"
 
   start kube-controller-manager "$k8s/kube-controller-manager" \
     --kubeconfig="$RUN/kube-controller-manager.kubeconfig" \
@@ -274,6 +276,7 @@ up() {
   # the default ServiceAccount exists once the controller-manager works
   wait_for "the default ServiceAccount" 60 kube get serviceaccount default -n default \
     || { tail -30 "$LOGS/kube-controller-manager.log" >&2; down_quiet; exit 1; }
+  log "kube-controller-manager and kwok running (+$((SECONDS - t0))s)"
 
   if [[ "$WITH_KUBERAY" != 0 ]]; then
     local crds f
@@ -289,6 +292,7 @@ up() {
       --health-probe-bind-address="127.0.0.1:$RAY_HEALTH_PORT"
     wait_for "the KubeRay operator" 60 kuberay_ready \
       || { tail -30 "$LOGS/ray-operator.log" >&2; down_quiet; exit 1; }
+    log "KubeRay operator ready (+$((SECONDS - t0))s)"
   fi
 
   local c

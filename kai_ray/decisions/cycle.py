@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kai_ray.decisions.fairness import fair_shares
-from kai_ray.decisions.first_fit import place_group
+from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.plan import GroupStatus, Plan
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.groups import PodGroupState
@@ -55,9 +55,14 @@ def run_cycle(snapshot: Snapshot, config: SchedulerConfig, cycle: int, now: floa
     plan = Plan(cycle=cycle)
     transaction = Transaction(snapshot)
     # 2-4. Every waiting group, oldest first: the minimum all-or-nothing, then extras.
-    for group in _waiting(snapshot):
-        outcome = place_group(transaction, group)
+    waiting = _waiting(snapshot)
+    for group in waiting:
+        outcome = place_gang(transaction, group, config.spec)
         plan.statuses.append(GroupStatus(group.key, outcome.admitted, outcome.reason))
+    for group in waiting:
+        status = plan.status_of(group.key)
+        if status is not None and status.admitted:
+            place_extras(transaction, group, config.spec)
     # 5. The plan holds what the transaction committed.
     plan.binds.extend(transaction.binds())
     return CycleResult(plan, shares)

@@ -133,5 +133,9 @@ def test_an_invalid_topology_is_reported_not_built() -> None:
     snapshot = build_snapshot(ClusterObjects(topologies=[bad]))
     assert "bad" not in snapshot.topologies
     [problem] = snapshot.problems
-    assert (problem.obj.kind, problem.obj.name, problem.field) == ("Topology", "bad", "spec.levels[1]")
+    assert (problem.obj.kind, problem.obj.name, problem.field) == (
+        "Topology",
+        "bad",
+        "spec.levels[1]",
+    )
     assert "used twice" in problem.message

@@ -18,15 +18,19 @@ from kai_ray.decisions.plan import Bind
 from kai_ray.decisions.transaction import Placement, Transaction
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
+from kai_ray.values.config import SchedulerConfigSpec
 from kai_ray.values.resources import GPU
 
 EPSILON = 1e-9
 
 
 @dataclass(frozen=True)
-class Outcome:
+class GangOutcome:
+    """What placing one group did: admitted (its minimum holds) or why not; pods placed."""
+
     admitted: bool
     reason: str = ""
+    placed: int = 0
 
 
 def share_on(tx: Transaction, pod: PodState, node: int) -> float:
@@ -70,20 +74,37 @@ def place_pod(tx: Transaction, group: PodGroupState, pod: PodState) -> bool:
     return False
 
 
-def place_group(tx: Transaction, group: PodGroupState) -> Outcome:
-    pending = [p for p in group.live_pods() if p.node is None]
+def _pending(group: PodGroupState) -> list[PodState]:
+    return [p for p in group.live_pods() if p.node is None]
+
+
+def place_gang(tx: Transaction, group: PodGroupState, config: SchedulerConfigSpec) -> GangOutcome:
+    """The group's missing minimum, all or nothing, committed when it holds."""
+    pending = _pending(group)
     bound = len(group.live_pods()) - len(pending)
     missing = max(group.spec.minMember - bound, 0)
     mark = tx.checkpoint()
     for placed, pod in enumerate(pending[:missing]):
         if not place_pod(tx, group, pod):
             tx.rollback(mark)
-            return Outcome(False, _reason(group, missing, placed))
+            return GangOutcome(False, _reason(group, missing, placed))
     tx.commit()
-    for pod in pending[missing:]:
+    return GangOutcome(True, placed=missing)
+
+
+def place_extras(
+    tx: Transaction, group: PodGroupState, config: SchedulerConfigSpec, limit: int | None = None
+) -> int:
+    """Members above the minimum, one by one; returns how many were placed."""
+    pending = _pending(group)
+    bound = len(group.live_pods()) - len(pending)
+    extras = pending[max(group.spec.minMember - bound, 0) :]
+    placed = 0
+    for pod in extras[:limit]:
         if place_pod(tx, group, pod):
             tx.commit()
-    return Outcome(True)
+            placed += 1
+    return placed
 
 
 def _reason(group: PodGroupState, missing: int, placed: int) -> str:
