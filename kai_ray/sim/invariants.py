@@ -26,6 +26,7 @@ def check_invariants(snapshot: Snapshot, cycle: int, jobs: Mapping[str, JobRecor
     _no_node_overcommitted(snapshot, cycle)
     _no_device_overcommitted(snapshot, cycle)
     _no_partial_gang(snapshot, cycle, jobs)
+    _required_topology_held(snapshot, cycle)
 
 
 def _no_node_overcommitted(snapshot: Snapshot, cycle: int) -> None:
@@ -49,4 +50,28 @@ def _no_partial_gang(snapshot: Snapshot, cycle: int, jobs: Mapping[str, JobRecor
         record = jobs.get(key)
         if bound and record is not None and bound < record.min_member:
             rule = f"{bound} of at least {record.min_member} pods bound: partial gang"
+            raise InvariantViolation(cycle, f"PodGroup {key}", rule)
+
+
+def _required_domains(
+    snapshot: Snapshot, topology: str | None, level: str | None, nodes: list[int]
+) -> set[int] | None:
+    """The domains of `level` the nodes fall in (-1 for outside), or None if unconstrained."""
+    if topology is None or level is None or topology not in snapshot.topologies:
+        return None
+    found = snapshot.topologies[topology].level(level)
+    if found is None:
+        return None
+    return {int(found.node_domain[node]) for node in nodes}
+
+
+def _required_topology_held(snapshot: Snapshot, cycle: int) -> None:
+    for key, group in snapshot.pod_groups.items():
+        constraint = group.spec.topologyConstraint
+        if constraint is None or constraint.requiredLevel is None:
+            continue
+        nodes = [snapshot.node_index[p.node] for p in group.live_pods() if p.node is not None]
+        domains = _required_domains(snapshot, constraint.topology, constraint.requiredLevel, nodes)
+        if domains is not None and (len(domains) > 1 or -1 in domains):
+            rule = f"pods straddle {constraint.requiredLevel} domains (required: one)"
             raise InvariantViolation(cycle, f"PodGroup {key}", rule)

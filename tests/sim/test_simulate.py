@@ -163,3 +163,38 @@ def test_until_stops_the_clock(tmp_path: Path) -> None:
     report = simulate(tmp_path, QUICKSTART, extra=("--until", "30m"))
     assert report["summary"]["end_s"] <= 1800
     assert any(j["finished_s"] is None for j in report["jobs"])
+
+
+def test_invariants_catch_a_gang_straddling_its_required_rack() -> None:
+    from kai_ray.sim.invariants import InvariantViolation, check_invariants
+    from kai_ray.state.snapshot import ClusterObjects, build_snapshot
+    from tests.builders import make_node, make_pod, make_pod_group, make_queue, make_topology
+
+    nodes = [make_node(f"n{i}").gpus(8).label("rack", f"r{i}").build() for i in range(2)]
+    pods = [
+        make_pod(f"p{i}").gpus(8).scheduler("kai-ray").group("g").on(f"n{i}").build()
+        for i in range(2)
+    ]
+    group = make_pod_group("g").queue("q").min_member(2).topology("t", required="rack").build()
+    snapshot = build_snapshot(
+        ClusterObjects(
+            nodes=nodes,
+            pods=pods,
+            pod_groups=[group],
+            queues=[make_queue("q").build()],
+            topologies=[make_topology("t", "rack").build()],
+        )
+    )
+    with pytest.raises(InvariantViolation, match="straddle"):
+        check_invariants(snapshot, 7, {})
+
+
+def test_invariants_catch_an_overcommitted_node() -> None:
+    from kai_ray.sim.invariants import InvariantViolation, check_invariants
+    from kai_ray.state.snapshot import ClusterObjects, build_snapshot
+    from tests.builders import make_node, make_pod
+
+    pods = [make_pod(f"p{i}").gpus(8).on("n0").build() for i in range(2)]
+    snapshot = build_snapshot(ClusterObjects(nodes=[make_node("n0").gpus(8).build()], pods=pods))
+    with pytest.raises(InvariantViolation, match="Node n0"):
+        check_invariants(snapshot, 3, {})
