@@ -48,6 +48,8 @@ def _check_quantity(value: Any) -> int | str:
 QUANTITY_SCHEMA: dict[str, Any] = {
     "anyOf": [{"type": "integer"}, {"type": "string"}],
     "x-kubernetes-int-or-string": True,
+    # Bounded so that the API server's CEL cost estimate for quantity() stays in budget.
+    "maxLength": 64,
     "pattern": r"^(\+)?([0-9]+(\.[0-9]*)?|\.[0-9]+)(([KMGTPE]i)|[numkMGTPE]|([eE](\+)?[0-9]+))?$",
 }
 
@@ -109,11 +111,11 @@ class QueueResource(ApiModel):
 
     CEL: ClassVar[list[dict[str, str]]] = [
         {
-            "rule": "!has(self.quota) || quantity(string(self.quota)).sign() >= 0",
+            "rule": "!has(self.quota) || !quantity(string(self.quota)).isLessThan(quantity('0'))",
             "message": "quota must not be negative",
         },
         {
-            "rule": "!has(self.limit) || quantity(string(self.limit)).sign() >= 0",
+            "rule": "!has(self.limit) || !quantity(string(self.limit)).isLessThan(quantity('0'))",
             "message": "limit must not be negative",
         },
         {

@@ -73,7 +73,7 @@ def _rules(kind: str) -> list[str]:
 
 def test_queue_cel_rules_check_quota_within_limit_and_no_negatives() -> None:
     rules = " ".join(_rules("Queue"))
-    assert "compareTo" in rules and "sign() >= 0" in rules
+    assert "compareTo" in rules and "isLessThan" in rules
 
 
 def test_topology_cel_rules_check_unique_levels() -> None:
