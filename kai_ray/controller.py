@@ -29,6 +29,14 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = 30  # warnings and errors become Kubernetes events
 
 
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    # In a pod: the service account; elsewhere: $KUBECONFIG (or ~/.kube/config), read at
+    # login time, so the operator needs no Kubernetes client library to authenticate.
+    info: kopf.ConnectionInfo | None = kopf.login_with_service_account(**kwargs)
+    return info or kopf.login_with_kubeconfig(**kwargs)
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
