@@ -17,7 +17,7 @@ install: $(STAMP)
 ## Run the simulator on the bundled quick-start example (no cluster needed).
 example: $(STAMP)
 	mkdir -p out
-	$(BIN)/kai-ray simulate examples/quickstart --report out/quickstart.json
+	$(BIN)/kai-ray simulate examples/quickstart --report out/quickstart.json --plot out/quickstart.png
 
 ## Everything CI checks: lint, types, layers, unit + scenario + e2e tests.
 test: lint typecheck layers e2e-build
