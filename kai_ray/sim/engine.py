@@ -21,6 +21,7 @@ from typing import Any
 
 from kai_ray.decisions.cycle import CycleResult, run_cycle
 from kai_ray.decisions.plan import Bind, Evict
+from kai_ray.decisions.usage import UsageState
 from kai_ray.sim.invariants import check_invariants
 from kai_ray.sim.loader import SimInput
 from kai_ray.sim.records import BindingRecord, JobRecord, QueueSample
@@ -34,7 +35,7 @@ from kai_ray.workloads.pods import gpu_share, pod_key, pod_requests
 
 SUBMIT, COMPLETE, CYCLE = 0, 1, 2  # same-time order: arrivals, then departures, then a cycle
 
-CycleFunction = Callable[[Snapshot, SchedulerConfig, int, float], CycleResult]
+CycleFunction = Callable[[Snapshot, SchedulerConfig, int, float, UsageState | None], CycleResult]
 
 
 @dataclass(order=True)
@@ -73,6 +74,8 @@ class Simulation:
         self.samples: dict[str, list[QueueSample]] = {q.metadata.name: [] for q in sim.queues}
         self._parents = {q.metadata.name: q.spec.parentQueue for q in sim.queues}
         self.cycles = 0
+        #: Decayed queue usage, carried from cycle to cycle as the operator persists it.
+        self.usage: UsageState | None = None
         self._events: list[_Event] = []
         self._seq = 0
         self._cycle_at: float | None = None
@@ -163,13 +166,15 @@ class Simulation:
             pod_groups=live_groups,
             queues=[q.model_dump(mode="json", exclude_none=True) for q in self.sim.queues],
             topologies=[t.model_dump(mode="json", exclude_none=True) for t in self.sim.topologies],
+            usage=self.usage.queues if self.usage is not None else {},
         )
 
     def _run_cycle(self) -> None:
         now = self.clock.now()
         self.cycles += 1
         snapshot = build_snapshot(self.objects())
-        result = self.cycle_fn(snapshot, self.config, self.cycles, now)
+        result = self.cycle_fn(snapshot, self.config, self.cycles, now, self.usage)
+        self.usage = result.usage
         for evict in result.plan.evictions:
             self._evict(evict, now)
         for bind in result.plan.binds:
@@ -179,6 +184,8 @@ class Simulation:
         if changed:
             check_invariants(build_snapshot(self.objects()), self.cycles, self.jobs_by_group())
             self._schedule_cycle(now + self.period)
+        if result.plan.wake_at is not None:
+            self._schedule_cycle(max(result.plan.wake_at, now + self.period))
         self._sample_queues(result, now, changed)
 
     def _bind(self, bind: Bind, now: float) -> None:
@@ -202,6 +209,7 @@ class Simulation:
         self._release(evict.pod, now, evict.reason)
 
     def _update_jobs(self, result: CycleResult, now: float) -> None:
+        statuses = {status.group: status for status in result.plan.statuses}
         for key, job in self.jobs.items():
             record = job.record
             if record.finished_s is not None:
@@ -213,7 +221,7 @@ class Simulation:
                 record.reason = None
                 if job.duration is not None:
                     self._push(now + job.duration, COMPLETE, key)
-            status = result.plan.status_of(key)
+            status = statuses.get(key)
             if record.started_s is None and status is not None:
                 record.reason = status.reason
 

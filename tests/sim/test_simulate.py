@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 from textwrap import dedent
 
 import pytest
@@ -198,3 +199,32 @@ def test_invariants_catch_an_overcommitted_node() -> None:
     snapshot = build_snapshot(ClusterObjects(nodes=[make_node("n0").gpus(8).build()], pods=pods))
     with pytest.raises(InvariantViolation, match="Node n0"):
         check_invariants(snapshot, 3, {})
+
+
+def test_a_cycle_can_ask_to_run_again_at_a_time(tmp_path: Path) -> None:
+    from kai_ray.decisions.cycle import run_cycle
+    from kai_ray.sim.engine import Simulation
+    from kai_ray.sim.loader import load
+
+    calls: list[float] = []
+
+    def timed_cycle(*args: Any) -> Any:
+        result = run_cycle(*args)
+        calls.append(args[3])
+        if len(calls) < 3:
+            result.plan.wake_no_later_than(args[3] + 600)
+        return result
+
+    (tmp_path / "cluster.yaml").write_text(CLUSTER.replace("{count}", "1"))
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "labels": {"kai-ray.io/queue": "team"}},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+    }
+    (tmp_path / "pod.yaml").write_text(json.dumps(pod))
+    simulation = Simulation(load([tmp_path]), cycle=timed_cycle)
+    simulation.run()
+    # 0: the pod binds, so one period later (1 s) the cycle runs again and asks for 601 s;
+    # the third cycle asks for nothing, and with no other event the run ends.
+    assert calls == [0.0, 1.0, 601.0]
