@@ -1,32 +1,128 @@
-"""The scheduling cycle: snapshot in, plan out.
+"""The scheduling cycle: snapshot in, plan out, and the actions it runs.
 
-1. fair shares per queue (reported; the first-fit allocation does not use them yet);
-2. pending pod groups, oldest first;
-3. each group's minimum placed all-or-nothing in the transaction, first fit;
-4. members above the minimum placed one by one (elastic);
-5. the plan: binds with node and devices, and a status with a reason per group.
-The cycle knows nothing of kopf or of the simulator. Pure: no I/O.
+`run_cycle` computes what every queue holds and deserves, then runs the
+configured actions in order over one transaction; each adds intents to the
+plan. Actions are small `Action` protocols in one registry that refuses
+duplicate names; `builtin_actions` lists every built-in. `spec.actions` names
+them: an unknown name is an error; a planned action that is not built yet
+(consolidate, reclaim, preempt, stale-gang-eviction are in the default list)
+is skipped with a note in the plan. The cycle knows nothing of kopf or of the
+simulator. Pure: no I/O beyond log lines, each tagged with the cycle id.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import dataclasses
+import logging
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from kai_ray.decisions.admission import is_preemptible, typed_gpus, typed_keys
+from kai_ray.decisions.allocate import AllocateAction
 from kai_ray.decisions.fairness import fair_shares
-from kai_ray.decisions.placement import place_extras, place_gang
-from kai_ray.decisions.plan import GroupStatus, Plan
+from kai_ray.decisions.ordering import QueueLedger, group_priority
+from kai_ray.decisions.plan import Plan
 from kai_ray.decisions.transaction import Transaction
-from kai_ray.state.groups import PodGroupState
+from kai_ray.decisions.usage import UsageState, advance_usage, usage_from_queues
 from kai_ray.state.snapshot import Snapshot
-from kai_ray.values.config import SchedulerConfig
-from kai_ray.values.resources import Resources
+from kai_ray.values.config import DEFAULT_ACTIONS, SchedulerConfig, SchedulerConfigSpec
+from kai_ray.values.config import duration_seconds as seconds
+from kai_ray.values.errors import InvalidObjectError, ObjectRef, Problem
+from kai_ray.values.resources import GPU, Resources
+
+LOG = logging.getLogger("kai_ray.cycle")
+
+
+class CycleLog(logging.LoggerAdapter[logging.Logger]):
+    """Prefixes every line with the cycle id, and carries it as `extra["cycle"]`."""
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
+        extra = self.extra or {}
+        kwargs["extra"] = {**extra, **kwargs.get("extra", {})}
+        return f"[cycle {extra.get('cycle')}] {msg}", kwargs
+
+
+@dataclass
+class CycleContext:
+    """What one cycle's actions share: the inputs, the what-if state, the plan."""
+
+    snapshot: Snapshot
+    config: SchedulerConfigSpec
+    fair_shares: Mapping[str, Resources]
+    ledger: QueueLedger
+    transaction: Transaction
+    plan: Plan
+    log: CycleLog
+    now: float
+    #: What the queues share: schedulable nodes less other schedulers' pods.
+    capacity: Resources
+
+
+class Action(Protocol):
+    """One step of the cycle (allocate, reclaim, ...): adds intents to `ctx.plan`."""
+
+    @property
+    def name(self) -> str: ...
+
+    def run(self, ctx: CycleContext) -> None: ...
+
+
+class ActionRegistry:
+    """Actions by name; registering a name twice is a programming error."""
+
+    def __init__(self) -> None:
+        self._actions: dict[str, Action] = {}
+
+    def register(self, action: Action) -> None:
+        if action.name in self._actions:
+            raise ValueError(f"action {action.name!r} is registered twice")
+        self._actions[action.name] = action
+
+    def get(self, name: str) -> Action | None:
+        return self._actions.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._actions)
+
+
+def builtin_actions() -> ActionRegistry:
+    """Every built-in action, in one place."""
+    registry = ActionRegistry()
+    registry.register(AllocateAction())
+    return registry
+
+
+def resolve_actions(
+    config: SchedulerConfig, registry: ActionRegistry
+) -> tuple[list[Action], list[str]]:
+    """The configured actions in order, and a note for each planned one not built yet.
+    An unknown name raises `InvalidObjectError` naming `spec.actions`."""
+    actions: list[Action] = []
+    notes: list[str] = []
+    for name in config.spec.actions:
+        action = registry.get(name)
+        if action is not None:
+            actions.append(action)
+        elif name in DEFAULT_ACTIONS:
+            notes.append(f"action {name!r} is not built yet; skipped")
+        else:
+            known = ", ".join(DEFAULT_ACTIONS)
+            problem = Problem(
+                ObjectRef("SchedulerConfig", config.metadata.name),
+                "spec.actions",
+                f"unknown action {name!r} (known: {known})",
+            )
+            raise InvalidObjectError([problem])
+    return actions, notes
 
 
 @dataclass(frozen=True)
 class CycleResult:
     plan: Plan
     fair_shares: Mapping[str, Resources]
+    #: Usage after this cycle; hand it back to the next cycle (and persist its queues).
+    usage: UsageState = field(default_factory=UsageState)
 
 
 def leaf_requests(snapshot: Snapshot) -> dict[str, Resources]:
@@ -38,31 +134,77 @@ def leaf_requests(snapshot: Snapshot) -> dict[str, Resources]:
     return totals
 
 
-def cluster_capacity(snapshot: Snapshot) -> Resources:
+def cluster_capacity(snapshot: Snapshot, scheduler_name: str) -> Resources:
+    """Allocatable on schedulable nodes, less what other schedulers' pods hold there."""
     usable = snapshot.allocatable[snapshot.schedulable].sum(axis=0)
-    return Resources(dict(zip(snapshot.resource_names, usable.tolist(), strict=True)))
+    total = Resources(dict(zip(snapshot.resource_names, usable.tolist(), strict=True)))
+    for pod in snapshot.pods.values():
+        node = snapshot.node_index.get(pod.node or "")
+        foreign = pod.scheduler != scheduler_name and not pod.terminal
+        if foreign and node is not None and snapshot.schedulable[node]:
+            total = total - pod.effective_requests
+    return total
 
 
-def _waiting(snapshot: Snapshot) -> list[PodGroupState]:
-    groups = [g for g in snapshot.pod_groups.values() if any(p.node is None for p in g.live_pods())]
-    return sorted(groups, key=lambda g: (g.creation_timestamp, g.key))
+def held_ledger(snapshot: Snapshot, shares: Mapping[str, Resources]) -> QueueLedger:
+    """What every queue holds at the start of the cycle (bound live pods), GPUs
+    of the types its queues limit included."""
+    ledger = QueueLedger(snapshot.queues, shares)
+    for group in snapshot.pod_groups.values():
+        preemptible = is_preemptible(group, group_priority(group))
+        keys = typed_keys(snapshot.queues, group.queue)
+        for pod in group.live_pods():
+            node = snapshot.node_index.get(pod.node or "")
+            if node is not None:
+                ledger.add(group.queue, pod.effective_requests, preemptible)
+                gpus = pod.effective_requests[GPU]
+                ledger.add_typed(group.queue, typed_gpus(keys, [(snapshot.labels[node], gpus)]))
+    return ledger
 
 
-def run_cycle(snapshot: Snapshot, config: SchedulerConfig, cycle: int, now: float) -> CycleResult:
-    # 1. Fair shares, per resource, top-down.
-    k = config.spec.timeBasedFairness.k
-    shares = fair_shares(snapshot.queues, leaf_requests(snapshot), cluster_capacity(snapshot), k)
-    plan = Plan(cycle=cycle)
-    transaction = Transaction(snapshot)
-    # 2-4. Every waiting group, oldest first: the minimum all-or-nothing, then extras.
-    waiting = _waiting(snapshot)
-    for group in waiting:
-        outcome = place_gang(transaction, group, config.spec)
-        plan.statuses.append(GroupStatus(group.key, outcome.admitted, outcome.reason))
-    for group in waiting:
-        status = plan.status_of(group.key)
-        if status is not None and status.admitted:
-            place_extras(transaction, group, config.spec)
-    # 5. The plan holds what the transaction committed.
-    plan.binds.extend(transaction.binds())
-    return CycleResult(plan, shares)
+def usage_until(
+    snapshot: Snapshot, spec: SchedulerConfigSpec, previous: UsageState | None, now: float
+) -> UsageState:
+    """Usage brought up to `now`: the interval since the last cycle integrated at
+    the rate the queues held since then (nothing to integrate after a restart)."""
+    state = previous or usage_from_queues(
+        {name: node.usage for name, node in snapshot.queues.nodes.items()}
+    )
+    elapsed = 0.0 if state.updated_s is None else now - state.updated_s
+    capacity = cluster_capacity(snapshot, spec.schedulerName)
+    half_life = seconds(spec.timeBasedFairness.halfLife)
+    advanced = advance_usage(state, state.allocated, capacity, elapsed, half_life)
+    return dataclasses.replace(advanced, updated_s=now)
+
+
+def run_cycle(
+    snapshot: Snapshot,
+    config: SchedulerConfig,
+    cycle: int,
+    now: float,
+    usage: UsageState | None = None,
+    registry: ActionRegistry | None = None,
+) -> CycleResult:
+    """One cycle. `usage` is the previous cycle's `CycleResult.usage` (None after a
+    restart: the usage persisted on the queues is used and the interval restarts)."""
+    log = CycleLog(LOG, {"cycle": cycle})
+    actions, notes = resolve_actions(config, registry or builtin_actions())
+    spec = config.spec
+    # 1. Usage up to now, then fair shares per resource, top-down.
+    usage = usage_until(snapshot, spec, usage, now)
+    capacity = cluster_capacity(snapshot, spec.schedulerName)
+    k = spec.timeBasedFairness.k
+    shares = fair_shares(snapshot.queues, leaf_requests(snapshot), capacity, k, usage.queues)
+    # 2. What every queue holds now; the actions grow it as they place jobs.
+    ledger = held_ledger(snapshot, shares)
+    plan = Plan(cycle=cycle, notes=notes)
+    tx = Transaction(snapshot)
+    ctx = CycleContext(snapshot, spec, shares, ledger, tx, plan, log, now, capacity)
+    # 3. The actions, in the configured order, least disruptive first.
+    for action in actions:
+        action.run(ctx)
+    # 4. The plan holds what the transaction committed; until the next cycle the
+    #    queues hold what this one left them, which is the rate usage grows at.
+    plan.binds.extend(ctx.transaction.binds())
+    log.debug("%d binds, %d statuses", len(plan.binds), len(plan.statuses))
+    return CycleResult(plan, shares, dataclasses.replace(usage, allocated=dict(ledger.allocated)))

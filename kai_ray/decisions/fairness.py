@@ -6,8 +6,8 @@ level, with the parent's share as the total:
 2. the rest goes by priority bucket, highest first, and inside a bucket by
    over-quota weight, in rounds, each round floored to the resource's unit and
    capped by the queue's request and limit;
-3. what the floors left over goes out one unit at a time, to the queue least
-   served for its weight, ties to the older queue;
+3. what the floors left over goes out one unit at a time, largest lost
+   fraction first, ties to the older queue (KAI's order);
 4. the children split their parent's share the same way.
 Idle quota is not held back: a queue that asks for less than its quota frees
 the rest for its siblings. With time-based fairness on (k > 0), over-quota
@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from kai_ray.state.queues import QueueNode, QueueTree
 from kai_ray.values.resources import CPU, MEMORY, Resources, canonical_name
 
+#: queue -> resource -> decayed usage as a fraction of the cluster.
+Usage = Mapping[str, Mapping[str, float]]
 #: The smallest amount handed out in the leftover round, by resource.
 UNITS = {CPU: 0.001, MEMORY: 1.0}
 EPSILON = 1e-9
@@ -54,57 +56,80 @@ def queue_resource(node: QueueNode, resource: str) -> tuple[float, float, float]
 
 
 def _floor(amount: float, unit: float) -> float:
-    return math.floor(amount / unit + EPSILON) * unit
+    # Relative slack so that 3.0 cores over 0.001 does not floor to 2999 millicores.
+    return math.floor(amount / unit + 1e-6) * unit
+
+
+def _open(claim: Claim, shares: Mapping[str, float]) -> bool:
+    """Still wants more and may go over quota at all (weight 0 never does)."""
+    return shares[claim.name] < claim.cap - EPSILON and claim.weight > 0
 
 
 def _shifted_weights(claims: Sequence[Claim], k: float) -> list[float]:
-    """P = max(0, W + k*(W - U)), W and U normalised among these claims."""
+    """P = max(0, W + k*(W - U)): W normalised among these (unsatisfied) claims, U the
+    queue's usage as a fraction of the cluster (KAI normalises U by capacity, not
+    among siblings, so a queue that used nothing gains and a heavy user loses)."""
     total_weight = sum(c.weight for c in claims)
     if k <= 0 or total_weight <= 0:
         return [c.weight for c in claims]
-    total_usage = sum(c.usage for c in claims)
     shifted = []
     for claim in claims:
         w = claim.weight / total_weight
-        u = claim.usage / total_usage if total_usage > 0 else w
-        shifted.append(max(0.0, w + k * (w - u)))
+        shifted.append(max(0.0, w + k * (w - claim.usage)))
     return shifted
 
 
 def _rounds(
     claims: Sequence[Claim], shares: dict[str, float], left: float, unit: float, k: float
-) -> float:
-    """Weighted, floored rounds inside one priority bucket; returns what is left."""
-    while left >= unit - EPSILON:
-        open_claims = [c for c in claims if shares[c.name] < c.cap - EPSILON and c.weight > 0]
+) -> tuple[float, dict[str, float]]:
+    """Weighted rounds inside one priority bucket (KAI's over-quota phase).
+
+    A queue that wants no more than its round share gets exactly what it wants,
+    which frees the rest for another round; the others get their share floored
+    to the unit, and the fraction they lost is recorded for the leftover pass.
+    Returns what is left and the recorded fractions.
+    """
+    remainders: dict[str, float] = {}
+    while left > EPSILON:
+        open_claims = [c for c in claims if _open(c, shares)]
         weights = _shifted_weights(open_claims, k)
         total = sum(weights)
         if total <= 0:
             break
-        given = 0.0
+        given, another_round = 0.0, False
         for claim, weight in zip(open_claims, weights, strict=True):
-            give = min(_floor(left * weight / total, unit), claim.cap - shares[claim.name])
+            share, want = left * weight / total, claim.cap - shares[claim.name]
+            give = want if want <= share + EPSILON else _floor(share, unit)
+            another_round |= give == want
+            remainders[claim.name] = max(share - give, 0.0)
             shares[claim.name] += give
             given += give
         left -= given
-        if given <= EPSILON:
+        if not another_round:
             break
-    return left
+    return left, remainders
 
 
-def _leftover(claims: Sequence[Claim], shares: dict[str, float], left: float, unit: float) -> float:
-    """One unit at a time to the least-served-for-its-weight queue, ties to the older."""
+def _leftover(
+    claims: Sequence[Claim],
+    shares: dict[str, float],
+    left: float,
+    unit: float,
+    remainders: Mapping[str, float],
+) -> float:
+    """One unit at a time, largest recorded fraction first, ties to the older queue
+    (claims come in sibling order: oldest first)."""
+    order = sorted(range(len(claims)), key=lambda i: (-remainders.get(claims[i].name, 0.0), i))
     while left > EPSILON:
-        open_claims = [c for c in claims if shares[c.name] < c.cap - EPSILON and c.weight > 0]
-        if not open_claims:
+        takers = [claims[i] for i in order if _open(claims[i], shares)]
+        for claim in takers:
+            give = min(unit, claim.cap - shares[claim.name], left)
+            shares[claim.name] += give
+            left -= give
+            if left <= EPSILON:
+                break
+        if not takers:
             break
-        order = {c.name: i for i, c in enumerate(claims)}
-        pick = min(
-            open_claims, key=lambda c: ((shares[c.name] - c.deserved) / c.weight, order[c.name])
-        )
-        give = min(unit, pick.cap - shares[pick.name], left)
-        shares[pick.name] += give
-        left -= give
     return left
 
 
@@ -119,13 +144,17 @@ def split(claims: Sequence[Claim], total: float, unit: float, k: float = 0.0) ->
     left = total - deserved
     for priority in sorted({c.priority for c in claims}, reverse=True):
         bucket = [c for c in claims if c.priority == priority]
-        left = _rounds(bucket, shares, left, unit, k)
-        left = _leftover(bucket, shares, left, unit)
+        left, remainders = _rounds(bucket, shares, left, unit, k)
+        left = _leftover(bucket, shares, left, unit, remainders)
     return shares
 
 
 def _claims(
-    tree: QueueTree, names: Sequence[str], resource: str, requested: Mapping[str, Resources]
+    tree: QueueTree,
+    names: Sequence[str],
+    resource: str,
+    requested: Mapping[str, Resources],
+    usage: Usage,
 ) -> list[Claim]:
     claims = []
     for name in names:
@@ -140,7 +169,7 @@ def _claims(
                 cap,
                 weight,
                 node.spec.priority,
-                node.usage.get(resource, 0.0),
+                usage.get(name, node.usage).get(resource, 0.0),
             )
         )
     return claims
@@ -159,32 +188,41 @@ def subtree_requests(
     return totals
 
 
+@dataclass(frozen=True)
+class _Division:
+    """What stays fixed while one resource is divided down the tree."""
+
+    tree: QueueTree
+    resource: str
+    requested: Mapping[str, Resources]
+    k: float
+    usage: Usage
+
+
 def fair_shares(
-    tree: QueueTree, leaf_requests: Mapping[str, Resources], capacity: Resources, k: float = 0.0
+    tree: QueueTree,
+    leaf_requests: Mapping[str, Resources],
+    capacity: Resources,
+    k: float = 0.0,
+    usage: Usage | None = None,
 ) -> dict[str, Resources]:
-    """The fair share of every queue, per resource, top-down."""
+    """The fair share of every queue, per resource, top-down. `usage` (queue ->
+    resource -> fraction) overrides the usage the queues carry in the snapshot."""
     requested = subtree_requests(tree, leaf_requests)
     resources = set(capacity) | {r for v in requested.values() for r in v}
     per_queue: dict[str, dict[str, float]] = {node.name: {} for node in tree.top_down()}
     for resource in sorted(resources):
-        unit = unit_of(resource)
-        _descend(tree, tree.roots, capacity[resource], resource, unit, requested, k, per_queue)
+        division = _Division(tree, resource, requested, k, usage or {})
+        _descend(division, tree.roots, capacity[resource], per_queue)
     return {name: Resources(amounts) for name, amounts in per_queue.items()}
 
 
 def _descend(
-    tree: QueueTree,
-    names: Sequence[str],
-    total: float,
-    resource: str,
-    unit: float,
-    requested: Mapping[str, Resources],
-    k: float,
-    out: dict[str, dict[str, float]],
+    division: _Division, names: Sequence[str], total: float, out: dict[str, dict[str, float]]
 ) -> None:
-    shares = split(_claims(tree, names, resource, requested), total, unit, k)
-    for name, share in shares.items():
+    tree, resource = division.tree, division.resource
+    claims = _claims(tree, names, resource, division.requested, division.usage)
+    for name, share in split(claims, total, unit_of(resource), division.k).items():
         out[name][resource] = share
-        children = tree[name].children
-        if children:
-            _descend(tree, children, share, resource, unit, requested, k, out)
+        if tree[name].children:
+            _descend(division, tree[name].children, share, out)

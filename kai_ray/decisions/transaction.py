@@ -1,22 +1,38 @@
 """The one transaction type every what-if goes through.
 
-A `Transaction` holds the working copy of what a cycle changes (free resources
-per node and free fraction per GPU device) over a read-only snapshot, and an
-undo log. `checkpoint()` marks a point, `rollback(mark)` undoes everything after
-it, `commit()` keeps all so far, `discard()` undoes all. Gangs are placed inside
-a checkpoint: if any member fails, the attempt rolls back and nothing is bound.
-Pure: no I/O.
+A `Transaction` holds the working copy of what a cycle changes over a read-only
+snapshot, and an undo log:
+- free resources per node (`free`, nodes x resources);
+- free fraction of every GPU device (`devices`, nodes x most devices per node;
+  padding columns are -1 so nothing ever fits there) and, kept with it, how
+  many untouched devices each node has (`whole_free`);
+- free resources per topology domain (`domain_free`), built on first use and
+  then kept up to date with every placement, so placement never re-sums nodes.
+`checkpoint()` marks a point, `rollback(mark)` undoes everything after it,
+`commit()` keeps all so far, `discard()` undoes all. Rollback restores the
+saved rows exactly (no float drift). `memo` holds per-cycle caches keyed by
+their users (placement's masks by pod signature); they depend only on the
+snapshot, never on what the transaction changed. Pure: no I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from kai_ray.decisions.plan import Bind
+from kai_ray.state.devices import EPSILON, GpuDevices
 from kai_ray.state.snapshot import Snapshot
+
+Matrix = npt.NDArray[np.float64]
+#: A topology level: (Topology name, level index from the widest).
+LevelKey = tuple[str, int]
+#: Device padding: no pod fits on a device that does not exist.
+NO_DEVICE = -1.0
 
 
 @dataclass(frozen=True)
@@ -25,33 +41,62 @@ class Placement:
 
     bind: Bind
     node: int
-    taken: npt.NDArray[np.float64]
+    taken: Matrix
     device_fraction: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Undo:
+    free_row: Matrix
+    device_row: Matrix
 
 
 class Transaction:
     def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
         self.free = snapshot.free.copy()
-        self.devices = [d.free.copy() for d in snapshot.gpu_devices]
+        self.devices = device_matrix(snapshot.gpu_devices)
+        self.whole_free = np.count_nonzero(self.devices >= 1.0 - EPSILON, axis=1)
         self.placements: list[Placement] = []
+        #: Pods placed so far (committed or not), by key.
+        self.placed: dict[str, Placement] = {}
+        self.memo: dict[Hashable, Any] = {}
+        self._domain_free: dict[LevelKey, Matrix] = {}
+        self._undo: list[_Undo] = []
         self._committed = 0
 
     def checkpoint(self) -> int:
         return len(self.placements)
 
     def place(self, placement: Placement) -> None:
-        self.free[placement.node] -= placement.taken
-        self._take_devices(placement, -1.0)
+        node = placement.node
+        self._undo.append(_Undo(self.free[node].copy(), self.devices[node].copy()))
+        self.free[node] -= placement.taken
+        amount = placement.device_fraction or 1.0
+        for index in placement.bind.gpu_devices:
+            self.devices[node, index] -= amount
+        self._node_changed(node, -placement.taken)
         self.placements.append(placement)
+        self.placed[placement.bind.pod] = placement
 
     def rollback(self, mark: int) -> None:
         if mark < self._committed:
             raise ValueError(f"cannot roll back to {mark}: committed up to {self._committed}")
         while len(self.placements) > mark:
-            placement = self.placements.pop()
-            self.free[placement.node] += placement.taken
-            self._take_devices(placement, +1.0)
+            placement, undo = self.placements.pop(), self._undo.pop()
+            self.free[placement.node] = undo.free_row
+            self.devices[placement.node] = undo.device_row
+            self.placed.pop(placement.bind.pod, None)
+            self._node_changed(placement.node, placement.taken)
+
+    def revert(self, mark: int) -> None:
+        """Undo everything after `mark`, committed or not.
+
+        For a caller that took a checkpoint before a step that commits by itself
+        (placing a gang) and then finds the step must not stand (a per-type limit).
+        """
+        self._committed = min(self._committed, mark)
+        self.rollback(mark)
 
     def commit(self) -> None:
         self._committed = len(self.placements)
@@ -62,8 +107,35 @@ class Transaction:
     def binds(self) -> list[Bind]:
         return [p.bind for p in self.placements[: self._committed]]
 
-    def _take_devices(self, placement: Placement, sign: float) -> None:
-        devices = self.devices[placement.node]
-        for index in placement.bind.gpu_devices:
-            amount = placement.device_fraction if placement.device_fraction else 1.0
-            devices[index] += sign * amount
+    def domain_free(self, topology: str, level: int) -> Matrix:
+        """Free resources per domain of one level (domains in the tree's order); read-only view."""
+        key = (topology, level)
+        if key not in self._domain_free:
+            self._domain_free[key] = self._sum_domains(topology, level)
+        view = self._domain_free[key].view()
+        view.setflags(write=False)
+        return view
+
+    def _sum_domains(self, topology: str, level: int) -> Matrix:
+        tree_level = self.snapshot.topologies[topology].levels[level]
+        countable = np.where(self.snapshot.schedulable[:, None], np.maximum(self.free, 0.0), 0.0)
+        inside = tree_level.node_domain >= 0
+        sums = np.zeros((len(tree_level.domains), self.free.shape[1]), dtype=np.float64)
+        np.add.at(sums, tree_level.node_domain[inside], countable[inside])
+        return sums
+
+    def _node_changed(self, node: int, delta: Matrix) -> None:
+        self.whole_free[node] = np.count_nonzero(self.devices[node] >= 1.0 - EPSILON)
+        for (topology, level), sums in self._domain_free.items():
+            domain = self.snapshot.topologies[topology].levels[level].node_domain[node]
+            if domain >= 0:
+                sums[domain] += delta
+
+
+def device_matrix(devices: tuple[GpuDevices, ...]) -> Matrix:
+    """Every node's device free fractions as one padded matrix (padding: NO_DEVICE)."""
+    width = max((d.count for d in devices), default=0)
+    matrix = np.full((len(devices), max(width, 1)), NO_DEVICE, dtype=np.float64)
+    for node, node_devices in enumerate(devices):
+        matrix[node, : node_devices.count] = node_devices.free
+    return matrix

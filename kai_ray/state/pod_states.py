@@ -2,7 +2,8 @@
 
 Pods stay plain dicts until here; each is read once per snapshot into a small
 frozen value. A pod whose requests cannot be read is left out of placement and
-reported. Pure: no I/O.
+reported; so is one whose node selector, required node affinity or
+tolerations cannot be read (parsed here once, used by every placement). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from kai_ray.values.errors import InvalidFieldError, ObjectRef, Problem
 from kai_ray.values.resources import GPU, Resources
 from kai_ray.workloads.pods import (
     GpuShare,
+    NodeSelectorTerm,
+    Toleration,
     check_gpu_request,
     gpu_share,
     pod_creation_timestamp,
@@ -26,12 +29,15 @@ from kai_ray.workloads.pods import (
     pod_name,
     pod_namespace,
     pod_node,
+    pod_node_selector,
     pod_phase,
     pod_priority,
     pod_requests,
+    pod_required_node_affinity,
     pod_scheduler,
     pod_scheduling_gates,
     pod_subgroup,
+    pod_tolerations,
 )
 
 POD = "Pod"
@@ -59,6 +65,11 @@ class PodState:
     pod_group: str | None
     subgroup: str | None
     scheduling_gates: tuple[str, ...]
+    #: spec.nodeSelector as sorted (label, value) pairs.
+    node_selector: tuple[tuple[str, str], ...] = ()
+    #: Required node affinity: any one term holds (each term: all its requirements).
+    node_affinity: tuple[NodeSelectorTerm, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
 
     @property
     def terminal(self) -> bool:
@@ -97,6 +108,9 @@ class PodState:
             self.pod_group,
             self.subgroup,
             self.scheduling_gates,
+            self.node_selector,
+            self.node_affinity,
+            self.tolerations,
         )
 
 
@@ -130,6 +144,9 @@ def read_pod(pod: Mapping[str, Any], problems: list[Problem]) -> PodState | None
         requests = pod_requests(pod)
         share = gpu_share(pod)
         check_gpu_request(requests, share)
+        selector = pod_node_selector(pod)
+        affinity = pod_required_node_affinity(pod)
+        tolerations = pod_tolerations(pod)
     except InvalidFieldError as err:
         problems.append(field_problem(object_ref(pod, POD), _excluded(err, pod)))
         return None
@@ -149,6 +166,9 @@ def read_pod(pod: Mapping[str, Any], problems: list[Problem]) -> PodState | None
         pod_group=pod_group_name(pod),
         subgroup=pod_subgroup(pod),
         scheduling_gates=pod_scheduling_gates(pod),
+        node_selector=selector,
+        node_affinity=affinity,
+        tolerations=tolerations,
     )
 
 

@@ -292,6 +292,132 @@ def format_device_list(devices: Iterable[int]) -> str:
     return ",".join(str(device) for device in sorted(devices))
 
 
+# ------------------------------------------------------------------ node constraints
+
+NODE_AFFINITY_FIELD = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+#: The one field a `matchFields` requirement may name; placement reads it as the node name.
+NODE_NAME_FIELD = "metadata.name"
+_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+
+
+@dataclass(frozen=True)
+class NodeRequirement:
+    """One node selector requirement: `key` (a label, or `metadata.name`) `operator` `values`."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+#: One node selector term: its requirements all hold. Terms of a pod: any one holds.
+NodeSelectorTerm = tuple[NodeRequirement, ...]
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    #: Empty tolerates every effect.
+    effect: str = ""
+
+    def tolerates(self, key: str, value: str, effect: str) -> bool:
+        """Kubernetes' rule: effect matches (or is empty), then key and value match."""
+        if self.effect and self.effect != effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == key
+        return self.key == key and self.value == value
+
+
+def pod_node_selector(pod: Pod) -> tuple[tuple[str, str], ...]:
+    """spec.nodeSelector as sorted pairs (a hashable placement signature)."""
+    selector = _spec(pod).get("nodeSelector") or {}
+    if not isinstance(selector, Mapping):
+        raise InvalidFieldError("spec.nodeSelector", f"expected a map, got {selector!r}")
+    return tuple(sorted((str(k), str(v)) for k, v in selector.items()))
+
+
+def pod_required_node_affinity(pod: Pod) -> tuple[NodeSelectorTerm, ...]:
+    """Required node affinity terms; () when the pod has none."""
+    affinity = ((_spec(pod).get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = affinity.get("nodeSelectorTerms") or []
+    field = f"{NODE_AFFINITY_FIELD}.nodeSelectorTerms"
+    if not isinstance(terms, list):
+        raise InvalidFieldError(field, f"expected a list, got {terms!r}")
+    return tuple(_term(term, f"{field}[{i}]") for i, term in enumerate(terms))
+
+
+def _term(term: Any, field: str) -> NodeSelectorTerm:
+    if not isinstance(term, Mapping):
+        raise InvalidFieldError(field, f"expected a node selector term, got {term!r}")
+    expressions = [
+        _requirement(e, f"{field}.matchExpressions[{i}]", None)
+        for i, e in enumerate(term.get("matchExpressions") or ())
+    ]
+    fields = [
+        _requirement(e, f"{field}.matchFields[{i}]", NODE_NAME_FIELD)
+        for i, e in enumerate(term.get("matchFields") or ())
+    ]
+    return (*expressions, *fields)
+
+
+def _requirement(expression: Any, field: str, only_key: str | None) -> NodeRequirement:
+    if not isinstance(expression, Mapping) or not expression.get("key"):
+        raise InvalidFieldError(f"{field}.key", "a requirement needs a key")
+    key, operator = str(expression["key"]), str(expression.get("operator") or "")
+    values = tuple(str(v) for v in expression.get("values") or ())
+    if only_key is not None and key != only_key:
+        raise InvalidFieldError(f"{field}.key", f"only {only_key} is supported, got {key!r}")
+    if operator not in _OPERATORS:
+        raise InvalidFieldError(f"{field}.operator", f"unknown operator {operator!r}")
+    _check_values(operator, values, f"{field}.values")
+    return NodeRequirement(key, operator, values)
+
+
+def _check_values(operator: str, values: tuple[str, ...], field: str) -> None:
+    if operator in ("In", "NotIn") and not values:
+        raise InvalidFieldError(field, f"{operator} needs at least one value")
+    if operator in ("Exists", "DoesNotExist") and values:
+        raise InvalidFieldError(field, f"{operator} takes no values")
+    if operator in ("Gt", "Lt") and (len(values) != 1 or not _is_integer(values[0])):
+        raise InvalidFieldError(field, f"{operator} needs exactly one integer, got {values!r}")
+
+
+def _is_integer(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def pod_tolerations(pod: Pod) -> tuple[Toleration, ...]:
+    tolerations = _spec(pod).get("tolerations") or []
+    if not isinstance(tolerations, list):
+        raise InvalidFieldError("spec.tolerations", f"expected a list, got {tolerations!r}")
+    return tuple(_toleration(t, f"spec.tolerations[{i}]") for i, t in enumerate(tolerations))
+
+
+def _toleration(entry: Any, field: str) -> Toleration:
+    if not isinstance(entry, Mapping):
+        raise InvalidFieldError(field, f"expected a toleration, got {entry!r}")
+    operator = str(entry.get("operator") or "Equal")
+    if operator not in ("Equal", "Exists"):
+        raise InvalidFieldError(f"{field}.operator", f"must be Equal or Exists, got {operator!r}")
+    key, value = str(entry.get("key") or ""), str(entry.get("value") or "")
+    if operator == "Exists" and value:
+        raise InvalidFieldError(f"{field}.value", "must be empty when operator is Exists")
+    if operator == "Equal" and not key:
+        raise InvalidFieldError(f"{field}.key", "an Equal toleration needs a key")
+    effect = str(entry.get("effect") or "")
+    if effect not in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"):
+        raise InvalidFieldError(f"{field}.effect", f"unknown taint effect {effect!r}")
+    return Toleration(key, operator, value, effect)
+
+
 # ------------------------------------------------------------------ helpers
 
 

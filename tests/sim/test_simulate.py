@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 from textwrap import dedent
+from typing import Any
 
 import pytest
 

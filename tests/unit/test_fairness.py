@@ -9,6 +9,7 @@ import pytest
 from kai_ray.decisions.fairness import Claim, fair_shares, split
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
 from kai_ray.values.resources import GPU, Resources
+from tests.builders import make_queue
 
 
 def claim(
@@ -34,8 +35,20 @@ def claim(
         pytest.param(
             [claim("a", 0, 20), claim("b", 0, 20, weight=2)],
             10,
-            {"a": 4, "b": 6},
-            id="weights 1:2 of 10 GPUs, leftover unit to the older queue",
+            {"a": 3, "b": 7},
+            id="weights 1:2 of 10 GPUs, the leftover unit to the larger lost fraction",
+        ),
+        pytest.param(
+            [claim("a", 0, 20), claim("b", 0, 20)],
+            3,
+            {"a": 2, "b": 1},
+            id="equal lost fractions: the leftover unit goes to the older queue",
+        ),
+        pytest.param(
+            [claim("a", 0, 1.5), claim("b", 0, 20), claim("c", 0, 20)],
+            6,
+            {"a": 1.5, "b": 2.5, "c": 2},
+            id="a queue wanting less than its round share frees the rest for another round",
         ),
         pytest.param(
             [claim("a", 0, 20, priority=200), claim("b", 2, 20, weight=2)],
@@ -110,3 +123,50 @@ def test_three_level_tree_top_down() -> None:
     assert shares["c"][GPU] == 4 and shares["dept-2"][GPU] == 4
     assert shares["dept-1"][GPU] == 60
     assert shares["a"][GPU] == 38 and shares["b"][GPU] == 22
+
+
+@pytest.mark.parametrize(
+    ("k", "expected"),
+    [
+        pytest.param(0.0, {"a": 5, "b": 5}, id="k=0: usage is ignored, equal weights split evenly"),
+        pytest.param(1.0, {"a": 3, "b": 7}, id="k=1: the heavy past user gets 3 of 10"),
+        pytest.param(2.0, {"a": 2, "b": 8}, id="k=2: a stronger pull away from the heavy user"),
+    ],
+)
+def test_time_based_fairness_worked_example(k: float, expected: dict[str, float]) -> None:
+    """docs/fairness.md: a used 60% of the cluster lately, b 10%; W = 0.5 each."""
+    claims = [claim("a", 0, 100, usage=0.6), claim("b", 0, 100, usage=0.1)]
+    assert split(claims, 10, 1.0, k=k) == pytest.approx(expected)
+
+
+def test_usage_is_a_fraction_of_the_cluster_not_renormalised_among_siblings() -> None:
+    # Both used little of the cluster: with k=1 both weights grow alike and the
+    # split stays even, where renormalising 0.02 against 0.01 would skew it.
+    claims = [claim("a", 0, 100, usage=0.02), claim("b", 0, 100, usage=0.01)]
+    shares = split(claims, 100, 1.0, k=1.0)
+    assert abs(shares["a"] - shares["b"]) <= 2
+
+
+def test_fair_shares_read_usage_persisted_on_the_queues() -> None:
+    queues = [
+        make_queue("a").gpu(0).usage(gpu="0.6").created(0).build(),
+        make_queue("b").gpu(0).usage(gpu="0.1").created(1).build(),
+    ]
+    tree = build_snapshot(ClusterObjects(queues=queues)).queues
+    demand = {"a": Resources({GPU: 100}), "b": Resources({GPU: 100})}
+    shares = fair_shares(tree, demand, Resources({GPU: 10}), k=1.0)
+    assert (shares["a"][GPU], shares["b"][GPU]) == (3, 7)
+
+
+def test_docs_three_level_example() -> None:
+    """docs/fairness.md's three-level example, the numbers computed there by hand."""
+    from tests.sim.test_fair_share_settles import FAIR_SHARE, TREE
+
+    queues = []
+    for i, (name, (parent, quota, limit, weight, _)) in enumerate(TREE.items()):
+        builder = make_queue(name).gpu(quota, limit, weight).created(i)
+        queues.append((builder.parent(parent) if parent else builder).build())
+    tree = build_snapshot(ClusterObjects(queues=queues)).queues
+    demand = {name: Resources({GPU: entry[4]}) for name, entry in TREE.items() if entry[4]}
+    shares = fair_shares(tree, demand, Resources({GPU: 64}))
+    assert {name: shares[name][GPU] for name in FAIR_SHARE} == FAIR_SHARE

@@ -89,3 +89,13 @@ def test_fractions_pack_onto_one_device_and_whole_gpus_avoid_it() -> None:
     assert by_pod["default/s0"].gpu_fraction == 0.5
     assert 0 not in by_pod["default/w-0"].gpu_devices
     assert len(by_pod["default/w-0"].gpu_devices) == 7
+
+
+def test_revert_undoes_committed_work_after_a_mark() -> None:
+    snap = snapshot([make_node("n1").gpus(8).build()], [], [])
+    tx = Transaction(snap)
+    mark = tx.checkpoint()
+    tx.place(Placement(Bind("default/p", "default/g", "n1", (0,)), 0, snap.vector({"gpu": 1})))
+    tx.commit()
+    tx.revert(mark)
+    assert tx.binds() == [] and np.array_equal(tx.free, snap.free)

@@ -2,14 +2,26 @@
 
 The allocate action calls two functions and nothing else:
 - `place_gang(tx, group, config)`: the group's missing minimum (and every
-  subgroup's minimum), all or nothing; on failure the transaction is rolled back
-  to where it was and the outcome says why, for a person;
+  subgroup's minimum, `minSubGroup` of them at the top), all or nothing; on
+  failure the transaction is rolled back to where it was and the outcome says
+  why, for a person;
 - `place_extras(tx, group, config, limit)`: members above the minimum, one by one.
-Both commit what they place. Pure: no I/O.
+Both commit what they place. Candidate topology domains are evaluated by a
+`PlacementBackend`: numpy in-process, or Ray tasks for large clusters
+(`backend.py`, `ray_backend.py`); both give the same plan. See docs/placement.md.
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from kai_ray.decisions.placement.first_fit import GangOutcome, place_extras, place_gang
+from kai_ray.decisions.placement.allocation import GangOutcome, place_extras, place_gang
+from kai_ray.decisions.placement.backend import LocalBackend, PlacementBackend, RoomQuery
 
-__all__ = ["GangOutcome", "place_extras", "place_gang"]
+__all__ = [
+    "GangOutcome",
+    "LocalBackend",
+    "PlacementBackend",
+    "RoomQuery",
+    "place_extras",
+    "place_gang",
+]

@@ -1,0 +1,185 @@
+"""Whether a queue may take a job at all, and why not, in words for a person.
+
+A job is refused when
+- its namespace may not use the queue (`spec.namespaces`; empty means any; the
+  `namespaceSelector` needs namespace labels, which the snapshot does not hold,
+  so the operator's webhook enforces it at the door);
+- its queue or any ancestor would pass its limit (KAI's `OverLimit`);
+- it is non-preemptible (`spec.preemptible: false`, or unset with priority
+  >= 100) and its queue or any ancestor would go over quota with it (KAI's
+  `NonPreemptibleOverQuota`): work that cannot be taken back runs only in quota;
+- after placement, the GPUs it got on nodes of a labelled type pass a per-type
+  limit (`nvidia.com/gpu.product=H100: {limit: 8}`); see `typed_gpus`. Before
+  placement, types on which not even one more pod fits are taken out of the
+  pods' choice (`exhausted_types`, `avoiding`), so the gang lands elsewhere.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from kai_ray.decisions.ordering import EPSILON, QueueLedger, limit_of, quota_of
+from kai_ray.state.groups import PodGroupState
+from kai_ray.state.pod_states import PodState
+from kai_ray.state.queues import QueueNode, QueueTree
+from kai_ray.values.resources import CPU, GPU, MEMORY, Resources, format_amount
+from kai_ray.workloads.pods import NodeRequirement
+
+#: Preemptibility follows priority when a group does not say (KAI's rule).
+NON_PREEMPTIBLE_FROM = 100
+
+
+def is_preemptible(group: PodGroupState, priority: int) -> bool:
+    if group.spec.preemptible is not None:
+        return group.spec.preemptible
+    return priority < NON_PREEMPTIBLE_FROM
+
+
+def describe(resource: str, amount: float) -> str:
+    """'16 GPUs', '64 cpu', '512Gi memory', '4 nvidia.com/gpu.product=H100 GPUs'."""
+    text = format_amount(resource, amount)
+    if resource == GPU:
+        return f"{text} GPU" if amount == 1 else f"{text} GPUs"
+    if resource in (CPU, MEMORY):
+        return f"{text} {resource}"
+    return f"{text} {resource} GPUs" if "=" in resource else f"{text} {resource}"
+
+
+def namespace_refusal(node: QueueNode, namespace: str) -> str | None:
+    allowed = node.spec.namespaces
+    if not allowed or namespace in allowed:
+        return None
+    return f"namespace {namespace} may not use queue {node.name} (allowed: {', '.join(allowed)})"
+
+
+@dataclass(frozen=True)
+class Breach:
+    """The first bound a request would pass: which queue, resource, bound, holding."""
+
+    queue: str
+    resource: str
+    bound: float
+    held: float
+    asked: float
+
+
+def first_breach(
+    ledger: QueueLedger,
+    leaf: str,
+    request: Resources,
+    held: Callable[[str], Resources],
+    bound: Callable[[QueueTree, str, str], float],
+) -> Breach | None:
+    """The first queue from the leaf up where `held + request` passes `bound`."""
+    for name in ledger.path(leaf):
+        holding = held(name)
+        for resource, amount in sorted(request.items()):
+            limit = bound(ledger.tree, name, resource)
+            if holding[resource] + amount > limit + EPSILON:
+                return Breach(name, resource, limit, holding[resource], amount)
+    return None
+
+
+def _over_limit(breach: Breach | None) -> str | None:
+    if breach is None:
+        return None
+    resource = breach.resource
+    return (
+        f"queue {breach.queue} is at its limit of {describe(resource, breach.bound)}: "
+        f"it holds {format_amount(resource, breach.held)} and the job asks for "
+        f"{format_amount(resource, breach.asked)}"
+    )
+
+
+def limit_refusal(ledger: QueueLedger, leaf: str, request: Resources) -> str | None:
+    """The first queue from the leaf up whose limit the request would pass."""
+    return _over_limit(first_breach(ledger, leaf, request, ledger.held, limit_of))
+
+
+def typed_limit_refusal(ledger: QueueLedger, leaf: str, placed: Resources) -> str | None:
+    """The same for GPUs of a type (`placed` is keyed by per-type keys)."""
+    return _over_limit(first_breach(ledger, leaf, placed, ledger.held_typed, limit_of))
+
+
+def quota_refusal(ledger: QueueLedger, leaf: str, request: Resources) -> str | None:
+    """For a non-preemptible job: the first queue it would take over quota."""
+    breach = first_breach(ledger, leaf, request, ledger.held_non_preemptible, quota_of)
+    if breach is None:
+        return None
+    resource = breach.resource
+    return (
+        f"queue {breach.queue} would go over its quota of {describe(resource, breach.bound)} "
+        f"with this non-preemptible job (non-preemptible work runs only within quota; "
+        f"it holds {format_amount(resource, breach.held)} of such work and the job asks "
+        f"for {format_amount(resource, breach.asked)})"
+    )
+
+
+def refusal(
+    ledger: QueueLedger, group: PodGroupState, request: Resources, preemptible: bool
+) -> str | None:
+    """Why the job may not be admitted now, or None when its queues can take it."""
+    refused = namespace_refusal(ledger.tree[group.queue], group.namespace)
+    refused = refused or limit_refusal(ledger, group.queue, request)
+    if refused is None and not preemptible:
+        refused = quota_refusal(ledger, group.queue, request)
+    return refused
+
+
+# ------------------------------------------------------------ per-GPU-type quotas
+
+
+@dataclass(frozen=True)
+class TypedKey:
+    """A queue resource `label=value`: GPUs on nodes whose `label` is `value`."""
+
+    key: str
+    label: str
+    value: str
+
+
+def typed_keys(tree: QueueTree, leaf: str) -> tuple[TypedKey, ...]:
+    """Every per-type key named by the leaf or an ancestor."""
+    names = {
+        key
+        for name in (leaf, *tree.ancestors(leaf))
+        for key in tree[name].spec.resources
+        if "=" in key
+    }
+    return tuple(TypedKey(k, *k.split("=", 1)) for k in sorted(names))
+
+
+def typed_gpus(
+    keys: Sequence[TypedKey], placed: Iterable[tuple[Mapping[str, str], float]]
+) -> Resources:
+    """GPUs of each typed key among `placed` (node labels, GPUs taken there)."""
+    totals = {key.key: 0.0 for key in keys}
+    for labels, gpus in placed:
+        for key in keys:
+            if labels.get(key.label) == key.value:
+                totals[key.key] += gpus
+    return Resources(totals)
+
+
+def exhausted_types(
+    ledger: QueueLedger, leaf: str, keys: Sequence[TypedKey], gpus_per_pod: float
+) -> list[TypedKey]:
+    """Types of which not even one more pod of `gpus_per_pod` GPUs fits the limits."""
+    one_pod = [(key, Resources({key.key: gpus_per_pod})) for key in keys]
+    return [
+        key
+        for key, amount in one_pod
+        if gpus_per_pod > 0
+        and first_breach(ledger, leaf, amount, ledger.held_typed, limit_of) is not None
+    ]
+
+
+def avoiding(pod: PodState, types: Sequence[TypedKey]) -> PodState:
+    """The pod with a required node affinity that keeps it off nodes of `types`
+    (added to every term it has, since any one term may hold)."""
+    keep_off = tuple(NodeRequirement(t.label, "NotIn", (t.value,)) for t in types)
+    terms = pod.node_affinity or ((),)
+    return dataclasses.replace(pod, node_affinity=tuple((*term, *keep_off) for term in terms))

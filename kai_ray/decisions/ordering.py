@@ -1,0 +1,211 @@
+"""Which waiting job goes next: queue order across the tree, job order inside a queue.
+
+Queue order (DESIGN.md section 2, KAI's proportion plugin), compared between
+siblings at every level of the tree, each sibling judged with the job it would
+send next added to what it holds:
+1. queues not over their fair share (in any resource) first;
+2. then queues that stay within their quota with the job added;
+3. then higher queue priority;
+4. then the smaller dominant-resource share with the job added, the share of a
+   resource being allocated / min(max(quota, fair share), limit); a resource
+   the queue may not use at all (that denominator is 0) weighs 1000 times;
+5. then the older queue, then its name.
+Walking down from the roots, the best child at each level leads to a leaf,
+whose first job is the one to try. Inside a leaf: higher job priority, then the
+older job. The walk is redone after every admitted job, since what each queue
+holds has changed. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kai_ray.state.groups import PodGroupState
+from kai_ray.state.queues import QueueTree
+from kai_ray.values.resources import Resources, canonical_name
+
+EPSILON = 1e-9
+#: The weight of a resource a queue has no allocatable share of (KAI's penalty).
+NO_SHARE_PENALTY = 1000.0
+
+#: Values of well-known PriorityClass names, for groups whose pods carry no
+#: resolved priority (the simulator, or a class not yet applied). KAI's defaults
+#: and Kubernetes' two system classes.
+WELL_KNOWN_PRIORITIES: Mapping[str, int] = {
+    "train": 50,
+    "build-preemptible": 75,
+    "interactive-preemptible": 75,
+    "build": 100,
+    "inference": 125,
+    "system-cluster-critical": 2_000_000_000,
+    "system-node-critical": 2_000_001_000,
+}
+
+
+def group_priority(group: PodGroupState) -> int:
+    """A well-known priorityClassName's value, else the highest priority the API
+    server resolved onto the group's pods, else 0 (the Kubernetes default)."""
+    known = WELL_KNOWN_PRIORITIES.get(group.spec.priorityClassName or "")
+    if known is not None:
+        return known
+    return max((pod.priority for pod in group.pods), default=0)
+
+
+@dataclass
+class QueueLedger:
+    """What each queue holds this cycle, rolled up to every ancestor; it grows as
+    jobs are placed. `non_preemptible` counts only non-preemptible jobs."""
+
+    tree: QueueTree
+    fair_share: Mapping[str, Resources]
+    allocated: dict[str, Resources] = field(default_factory=dict)
+    non_preemptible: dict[str, Resources] = field(default_factory=dict)
+    #: GPUs by per-type key (`nvidia.com/gpu.product=H100`); only limits read these.
+    typed: dict[str, Resources] = field(default_factory=dict)
+
+    def path(self, leaf: str) -> tuple[str, ...]:
+        """The leaf and its ancestors, leaf first."""
+        return (leaf, *self.tree.ancestors(leaf))
+
+    def add(self, leaf: str, amount: Resources, preemptible: bool) -> None:
+        for name in self.path(leaf):
+            self.allocated[name] = self.held(name) + amount
+            if not preemptible:
+                self.non_preemptible[name] = self.held_non_preemptible(name) + amount
+
+    def add_typed(self, leaf: str, amount: Resources) -> None:
+        for name in self.path(leaf):
+            self.typed[name] = self.held_typed(name) + amount
+
+    def held_typed(self, name: str) -> Resources:
+        return self.typed.get(name, Resources())
+
+    def held(self, name: str) -> Resources:
+        return self.allocated.get(name, Resources())
+
+    def held_non_preemptible(self, name: str) -> Resources:
+        return self.non_preemptible.get(name, Resources())
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One job waiting in a leaf queue, with what the next attempt asks for."""
+
+    group: PodGroupState
+    request: Resources
+    priority: int
+
+    @property
+    def queue(self) -> str:
+        return self.group.queue
+
+
+def job_key(candidate: Candidate) -> tuple[int, str, str]:
+    """Inside a queue: higher priority first, then the older job."""
+    return (-candidate.priority, candidate.group.creation_timestamp, candidate.group.key)
+
+
+def quota_of(tree: QueueTree, name: str, resource: str) -> float:
+    entry = _entry(tree, name, resource)
+    return entry[0] if entry else 0.0
+
+
+def limit_of(tree: QueueTree, name: str, resource: str) -> float:
+    entry = _entry(tree, name, resource)
+    return entry[1] if entry else float("inf")
+
+
+def _entry(tree: QueueTree, name: str, resource: str) -> tuple[float, float] | None:
+    for key, entry in tree[name].spec.resources.items():
+        if canonical_name(key) == resource:
+            return entry.quota_amount, entry.limit_amount
+    return None
+
+
+def over_fair_share(ledger: QueueLedger, name: str) -> bool:
+    share = ledger.fair_share.get(name, Resources())
+    return any(amount > share[r] + EPSILON for r, amount in ledger.held(name).items())
+
+
+def within_quota(ledger: QueueLedger, name: str, request: Resources) -> bool:
+    after = ledger.held(name) + request
+    return all(amount <= quota_of(ledger.tree, name, r) + EPSILON for r, amount in after.items())
+
+
+def dominant_share(ledger: QueueLedger, name: str, request: Resources) -> float:
+    """max over resources of held / allocatable share, with the request added."""
+    after = ledger.held(name) + request
+    share = ledger.fair_share.get(name, Resources())
+    tree, worst = ledger.tree, 0.0
+    for resource, amount in after.items():
+        quota, limit = quota_of(tree, name, resource), limit_of(tree, name, resource)
+        allocatable = min(max(quota, share[resource]), limit)
+        ratio = amount / allocatable if allocatable > EPSILON else amount * NO_SHARE_PENALTY
+        worst = max(worst, ratio)
+    return worst
+
+
+def queue_key(ledger: QueueLedger, name: str, request: Resources) -> tuple[object, ...]:
+    """The sort key of one queue about to take `request` (smaller goes first)."""
+    node = ledger.tree[name]
+    return (
+        over_fair_share(ledger, name),
+        not within_quota(ledger, name, request),
+        -node.spec.priority,
+        dominant_share(ledger, name, request),
+        node.creation_timestamp,
+        name,
+    )
+
+
+class WaitingJobs:
+    """Candidates per leaf queue, each queue's kept best-first (by `job_key`), so
+    that finding and taking a queue's next job stays cheap with many jobs."""
+
+    def __init__(self, candidates: Iterable[Candidate] = ()) -> None:
+        self._by_queue: dict[str, list[Candidate]] = {}
+        for candidate in candidates:
+            self.add(candidate)
+
+    def add(self, candidate: Candidate) -> None:
+        bisect.insort(self._by_queue.setdefault(candidate.queue, []), candidate, key=job_key)
+
+    def first(self, queue: str) -> Candidate | None:
+        jobs = self._by_queue.get(queue)
+        return jobs[0] if jobs else None
+
+    def take(self, candidate: Candidate) -> None:
+        self._by_queue[candidate.queue].remove(candidate)
+
+
+def next_candidate(ledger: QueueLedger, waiting: WaitingJobs) -> Candidate | None:
+    """The job to try next: down from the roots, best sibling at each level."""
+    roots = ((root, _best_in(ledger, root, waiting)) for root in ledger.tree.roots)
+    return _pick(ledger, roots)
+
+
+def take_next(ledger: QueueLedger, waiting: WaitingJobs) -> Candidate | None:
+    """`next_candidate`, taken out of `waiting`."""
+    candidate = next_candidate(ledger, waiting)
+    if candidate is not None:
+        waiting.take(candidate)
+    return candidate
+
+
+def _best_in(ledger: QueueLedger, name: str, waiting: WaitingJobs) -> Candidate | None:
+    node = ledger.tree[name]
+    if node.is_leaf:
+        return waiting.first(name)
+    children = ((child, _best_in(ledger, child, waiting)) for child in node.children)
+    return _pick(ledger, children)
+
+
+def _pick(ledger: QueueLedger, options: Iterable[tuple[str, Candidate | None]]) -> Candidate | None:
+    ranked = [
+        (queue_key(ledger, name, found.request), found)
+        for name, found in options
+        if found is not None
+    ]
+    return min(ranked, key=lambda pair: pair[0])[1] if ranked else None

@@ -1,0 +1,166 @@
+"""The two calls the allocate action makes: `place_gang` and `place_extras`.
+
+`place_gang` builds the tree of what the group's minimum still misses (per
+subgroup: `minMember` minus members already bound or placed; at the top,
+`minSubGroup` of the subgroups, all when unset; then any ungrouped pods the
+group's own `minMember` still needs) and places it all or nothing.
+`place_extras` grows an admitted group: a subgroup still short of its minimum
+is placed whole first, then every other pending member one at a time, each
+inside the required domains its set already occupies. Both commit what they
+place. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kai_ray.decisions.placement.gang import Context, PodSet, explain, place_set
+from kai_ray.decisions.transaction import Transaction
+from kai_ray.state.groups import PodGroupState
+from kai_ray.state.pod_states import PodState
+from kai_ray.values.api import SubGroup, TopologyConstraint
+from kai_ray.values.config import SchedulerConfigSpec
+
+#: Chooses, for one set, which of its pending pods to place given how many it misses.
+Pick = Callable[[str | None, list[PodState], int], list[PodState]]
+
+
+@dataclass(frozen=True)
+class GangOutcome:
+    """What placing one group did: admitted (its minimum holds) or why not; pods placed."""
+
+    admitted: bool
+    reason: str = ""
+    placed: int = 0
+
+
+def place_gang(tx: Transaction, group: PodGroupState, config: SchedulerConfigSpec) -> GangOutcome:
+    """The group's missing minimum, all or nothing, committed when it holds."""
+    tree = build_tree(tx, group, _minimum)
+    ctx = _context(tx, group, config)
+    mark = tx.checkpoint()
+    failure = place_set(ctx, tree, ctx.everywhere())
+    if failure is not None:
+        tx.rollback(mark)
+        reason = f"gang of {group.spec.minMember} does not fit: {explain(ctx, failure)}"
+        return GangOutcome(False, reason)
+    placed = tx.checkpoint() - mark
+    tx.commit()
+    return GangOutcome(True, placed=placed)
+
+
+def place_extras(
+    tx: Transaction, group: PodGroupState, config: SchedulerConfigSpec, limit: int | None = None
+) -> int:
+    """Members above the minimum, one by one (short subgroups whole); returns pods placed."""
+    ctx = _context(tx, group, config)
+    if not _minimum_holds(tx, group):
+        return 0
+    placed = 0
+    for pod in _pending(tx, group):
+        if limit is not None and placed >= limit:
+            break
+        if pod.key in tx.placed:
+            continue
+        tree = build_tree(tx, group, _one_step(tx, group, pod))
+        mark = tx.checkpoint()
+        if place_set(ctx, tree, ctx.everywhere()) is None:
+            placed += tx.checkpoint() - mark
+            tx.commit()
+    return placed
+
+
+def _context(tx: Transaction, group: PodGroupState, config: SchedulerConfigSpec) -> Context:
+    return Context(tx, group, config)
+
+
+def _minimum(name: str | None, pending: list[PodState], missing: int) -> list[PodState]:
+    return pending[:missing]
+
+
+def _one_step(tx: Transaction, group: PodGroupState, pod: PodState) -> Pick:
+    """The pod's subgroup minimum when that subgroup is short, else the pod alone."""
+
+    def pick(name: str | None, pending: list[PodState], missing: int) -> list[PodState]:
+        if name != pod.subgroup or pod not in pending:
+            return []
+        return pending[:missing] if missing else [pod]
+
+    return pick
+
+
+def _minimum_holds(tx: Transaction, group: PodGroupState) -> bool:
+    return sum(1 for p in group.live_pods() if _holds(tx, p)) >= group.spec.minMember
+
+
+def _holds(tx: Transaction, pod: PodState) -> bool:
+    return pod.node is not None or pod.key in tx.placed
+
+
+def _pending(tx: Transaction, group: PodGroupState) -> list[PodState]:
+    return [p for p in group.live_pods() if not _holds(tx, p)]
+
+
+def build_tree(tx: Transaction, group: PodGroupState, pick: Pick) -> PodSet:
+    """The group as a tree of pod sets, each with the pods `pick` chooses for it."""
+    spec = group.spec
+    live = group.live_pods()
+    known = {s.name for s in spec.subGroups}
+    subsets = [_subset(tx, group, s, live, pick) for s in spec.subGroups if s.parent is None]
+    ungrouped = [p for p in live if p.subgroup not in known]
+    short = spec.minMember - sum(_holds(tx, p) for p in live) - _missing_total(tx, group, live)
+    root = _set(tx, None, ungrouped, max(short, 0), spec.topologyConstraint, pick)
+    root.children = subsets
+    root.anchors = [_node_of(tx, p) for p in live if _holds(tx, p)]
+    root.needed = len(subsets) if spec.minSubGroup is None else spec.minSubGroup
+    if pick is not _minimum:
+        root.needed = sum(1 for child in subsets if child.members())
+        root.children = [child for child in subsets if child.members()]
+    return root
+
+
+def _subset(
+    tx: Transaction, group: PodGroupState, sub: SubGroup, live: tuple[PodState, ...], pick: Pick
+) -> PodSet:
+    own = [p for p in live if p.subgroup == sub.name]
+    missing = max(sub.minMember - sum(_holds(tx, p) for p in own), 0)
+    pod_set = _set(tx, sub.name, own, missing, sub.topologyConstraint, pick)
+    children = [c for c in group.spec.subGroups if c.parent == sub.name]
+    pod_set.children = [_subset(tx, group, c, live, pick) for c in children]
+    if pick is not _minimum:
+        pod_set.children = [child for child in pod_set.children if child.members()]
+    pod_set.needed = len(pod_set.children)
+    return pod_set
+
+
+def _set(
+    tx: Transaction,
+    name: str | None,
+    own: list[PodState],
+    missing: int,
+    constraint: TopologyConstraint | None,
+    pick: Pick,
+) -> PodSet:
+    pending = [p for p in own if not _holds(tx, p)]
+    anchors = [_node_of(tx, p) for p in own if _holds(tx, p)]
+    waiting = ""
+    if pick is _minimum and len(pending) < missing:
+        waiting = f"waiting for pods: {len(pending)} pending, {missing} needed for the minimum"
+    chosen = pick(name, pending, missing)
+    return PodSet(name, chosen, constraint, anchors=anchors, waiting=waiting)
+
+
+def _node_of(tx: Transaction, pod: PodState) -> int:
+    if pod.key in tx.placed:
+        return tx.placed[pod.key].node
+    return tx.snapshot.node_index.get(pod.node or "", 0)
+
+
+def _missing_total(tx: Transaction, group: PodGroupState, live: tuple[PodState, ...]) -> int:
+    """What the subgroups' own minimums still miss (counted towards the group's minMember)."""
+    total = 0
+    for sub in group.spec.subGroups:
+        held = sum(_holds(tx, p) for p in live if p.subgroup == sub.name)
+        total += max(sub.minMember - held, 0)
+    return total

@@ -1,0 +1,106 @@
+"""Where candidate domains are evaluated: in-process (numpy) or on Ray workers.
+
+A `PlacementBackend` answers one question for the topology search: for a pod
+shape on a set of allowed nodes, how many such pods each domain of each
+candidate level can still take. The local backend computes it with numpy on
+the transaction's state; the Ray backend (`ray_backend.py`) splits the nodes
+into shards evaluated by Ray tasks over one copy of the snapshot's node arrays
+in Ray's object store. Both call the same `fit.room` and sum integers, so they
+return identical answers and the plan does not depend on the backend.
+`backend_for` picks one per transaction from `SchedulerConfig.rayBackend`;
+Ray is never imported unless it is picked. Pure: no I/O (the Ray backend aside).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from kai_ray.decisions.placement.fit import room_on
+from kai_ray.decisions.placement.shapes import PodShape
+from kai_ray.decisions.transaction import LevelKey, Transaction
+from kai_ray.values.config import RayBackend, SchedulerConfigSpec
+
+Counts = npt.NDArray[np.int64]
+Indices = npt.NDArray[np.intp]
+BACKEND_MEMO = "placement-backend"
+
+
+@dataclass(frozen=True)
+class RoomQuery:
+    """How many pods of `shape` fit, on `nodes` only, per domain of each of `levels`."""
+
+    shape: PodShape
+    nodes: Indices
+    levels: tuple[LevelKey, ...]
+
+
+class PlacementBackend(Protocol):
+    name: str
+
+    def domain_room(self, tx: Transaction, query: RoomQuery) -> list[Counts]:
+        """Per level of `query.levels`, the room of every domain of that level."""
+        ...
+
+
+class LocalBackend:
+    """Evaluates every node in this process with numpy."""
+
+    name = "local"
+
+    def domain_room(self, tx: Transaction, query: RoomQuery) -> list[Counts]:
+        counts = room_on(tx, query.shape, query.nodes)
+        return [
+            per_domain(node_domains(tx, level), query.nodes, counts, domain_count(tx, level))
+            for level in query.levels
+        ]
+
+
+def node_domains(tx: Transaction, level: LevelKey) -> npt.NDArray[np.int64]:
+    topology, index = level
+    return tx.snapshot.topologies[topology].levels[index].node_domain
+
+
+def domain_count(tx: Transaction, level: LevelKey) -> int:
+    topology, index = level
+    return len(tx.snapshot.topologies[topology].levels[index].domains)
+
+
+def per_domain(
+    node_domain: npt.NDArray[np.int64], nodes: Indices, counts: Counts, domains: int
+) -> Counts:
+    """Sum of `counts` (one per node of `nodes`) by the domain each node is in."""
+    owner = node_domain[nodes]
+    inside = owner >= 0
+    sums = np.zeros(domains, dtype=np.int64)
+    np.add.at(sums, owner[inside], counts[inside])
+    return sums
+
+
+def use_ray(settings: RayBackend, node_count: int) -> bool:
+    """Ray when told to, or in auto mode from `minNodes` nodes on."""
+    if settings.mode == "never":
+        return False
+    return settings.mode == "always" or node_count >= settings.minNodes
+
+
+def backend_for(tx: Transaction, config: SchedulerConfigSpec) -> PlacementBackend:
+    """The backend of this transaction (one per cycle: the Ray one puts the snapshot once)."""
+    backend = tx.memo.get(BACKEND_MEMO)
+    if backend is None:
+        backend = _new_backend(tx, config.rayBackend)
+        tx.memo[BACKEND_MEMO] = backend
+    assert hasattr(backend, "domain_room")
+    chosen: PlacementBackend = backend
+    return chosen
+
+
+def _new_backend(tx: Transaction, settings: RayBackend) -> PlacementBackend:
+    if not use_ray(settings, len(tx.snapshot.node_names)):
+        return LocalBackend()
+    from kai_ray.decisions.placement.ray_backend import RayPlacementBackend
+
+    return RayPlacementBackend(tx, settings.address)

@@ -1,0 +1,153 @@
+"""Resource fit, node scoring and GPU device choice, vectorised over nodes.
+
+`room` is the one fit function: how many pods of a shape each node can still
+take (resources, untouched devices for whole GPUs, device room for shares);
+both placement backends call it, so they cannot disagree. `choose_node` scores
+the nodes that fit: bin-pack takes the fullest (least share left after the
+pod), spread the emptiest, lowest index on ties; a GPU share prefers a node
+where a partly used device still has room, so shares pack before a fresh
+device is opened. `choose_devices` picks the devices on that node: whole GPUs
+take the lowest untouched devices (never a shared one), a share the fullest
+partly used device that fits, else the lowest untouched one. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import numpy.typing as npt
+
+from kai_ray.decisions.placement.shapes import PodShape
+from kai_ray.decisions.transaction import Transaction
+from kai_ray.state.devices import EPSILON
+from kai_ray.values.resources import GPU
+from kai_ray.workloads.pods import GPU_MEMORY_LABEL
+
+Matrix = npt.NDArray[np.float64]
+Counts = npt.NDArray[np.int64]
+Indices = npt.NDArray[np.intp]
+Stages = list[tuple[str, npt.NDArray[np.bool_]]]
+#: Room reported for a node a shape asks nothing of (no resource caps it).
+UNBOUNDED = 1 << 30
+#: Score bonus that puts nodes with a partly used device that fits first, for shares.
+PACKING_BONUS = 1e6
+
+
+def room(
+    free: Matrix, devices: Matrix, whole_free: Counts, shape: PodShape, fraction: Matrix
+) -> Counts:
+    """Pods of `shape` each row can take; `fraction` is the shape's share on those rows."""
+    count = np.full(len(free), UNBOUNDED, dtype=np.int64)
+    if len(shape.columns):
+        per_column = (free[:, shape.columns] + EPSILON) / shape.need[shape.columns]
+        fits = np.floor(np.clip(per_column.min(axis=1), 0, UNBOUNDED))
+        count = np.minimum(count, fits.astype(np.int64))
+    if shape.whole_gpus:
+        count = np.minimum(count, whole_free // shape.whole_gpus)
+    if shape.shares_gpu:
+        per_device = np.floor((np.maximum(devices, 0.0) + EPSILON) / fraction[:, None])
+        count = np.minimum(count, per_device.sum(axis=1).astype(np.int64))
+    return count
+
+
+def room_on(tx: Transaction, shape: PodShape, nodes: Indices) -> Counts:
+    """`room` on some nodes of the transaction's current state."""
+    return room(
+        tx.free[nodes], tx.devices[nodes], tx.whole_free[nodes], shape, shape.fraction[nodes]
+    )
+
+
+def choose_node(tx: Transaction, shape: PodShape, nodes: Indices, spread: bool) -> int | None:
+    """The best node of `nodes` for one pod of `shape`, or None when none fits."""
+    fit = nodes[room_on(tx, shape, nodes) > 0]
+    if not fit.size:
+        return None
+    score = _remaining_share(tx, shape, fit)
+    if shape.shares_gpu:
+        bonus = PACKING_BONUS * _has_partial_device(tx, shape, fit)
+        score = score + bonus if spread else score - bonus
+    best = np.argmax(score) if spread else np.argmin(score)
+    return int(fit[best])
+
+
+def _remaining_share(tx: Transaction, shape: PodShape, fit: Indices) -> Matrix:
+    """Sum over the pod's resources of what would be left, as a share of allocatable."""
+    columns = shape.columns
+    if shape.shares_gpu:
+        columns = np.union1d(columns, [tx.snapshot.column(GPU)]).astype(np.intp)
+    allocatable = tx.snapshot.allocatable[np.ix_(fit, columns)]
+    need = np.broadcast_to(shape.need[columns], allocatable.shape).copy()
+    if shape.shares_gpu:
+        need[:, np.searchsorted(columns, tx.snapshot.column(GPU))] += shape.fraction[fit]
+    left = tx.free[np.ix_(fit, columns)] - need
+    share: Matrix = np.sum(left / np.where(allocatable > 0, allocatable, 1.0), axis=1)
+    return share
+
+
+def _has_partial_device(tx: Transaction, shape: PodShape, fit: Indices) -> Matrix:
+    devices = tx.devices[fit]
+    fraction = shape.fraction[fit][:, None]
+    partial = (devices < 1.0 - EPSILON) & (devices >= fraction - EPSILON)
+    has: Matrix = np.any(partial, axis=1).astype(np.float64)
+    return has
+
+
+def choose_devices(tx: Transaction, shape: PodShape, node: int) -> tuple[int, ...]:
+    devices = tx.devices[node]
+    untouched = np.flatnonzero(devices >= 1.0 - EPSILON)
+    if shape.whole_gpus:
+        return tuple(int(d) for d in untouched[: shape.whole_gpus])
+    if not shape.shares_gpu:
+        return ()
+    fraction = shape.fraction[node]
+    partial = np.flatnonzero((devices < 1.0 - EPSILON) & (devices >= fraction - EPSILON))
+    if partial.size:
+        return (int(partial[np.argmin(devices[partial])]),)
+    return (int(untouched[0]),)
+
+
+def resource_rejections(tx: Transaction, shape: PodShape, nodes: Indices) -> Counter[str]:
+    """Why each of `nodes` (past the static filters) cannot take one more pod of `shape`."""
+    counts: Counter[str] = Counter()
+    rejected = nodes[room_on(tx, shape, nodes) < 1]
+    remaining = np.ones(rejected.size, dtype=np.bool_)
+    stages = _column_stages(tx, shape, rejected) + _device_stages(tx, shape, rejected)
+    for reason, lacking in stages:
+        hit = remaining & lacking
+        counts[reason] += int(np.count_nonzero(hit))
+        remaining &= ~hit
+    return counts
+
+
+def _device_stages(tx: Transaction, shape: PodShape, nodes: Indices) -> Stages:
+    if shape.whole_gpus:
+        n = shape.whole_gpus
+        few = tx.whole_free[nodes] < n
+        return [
+            (
+                f"have fewer than {n} free GPU devices|has fewer than {n} free GPU devices",
+                few,
+            )
+        ]
+    if not shape.shares_gpu:
+        return []
+    fraction = shape.fraction[nodes]
+    unknown: npt.NDArray[np.bool_] = ~np.isfinite(fraction)
+    no_room: npt.NDArray[np.bool_] = np.all(tx.devices[nodes] < fraction[:, None] - EPSILON, axis=1)
+    return [
+        (f"do not publish {GPU_MEMORY_LABEL}|does not publish {GPU_MEMORY_LABEL}", unknown),
+        (
+            "have no GPU device with room for the share|has no GPU device with room for the share",
+            no_room,
+        ),
+    ]
+
+
+def _column_stages(tx: Transaction, shape: PodShape, nodes: Indices) -> Stages:
+    stages = []
+    for column in shape.columns:
+        name = tx.snapshot.resource_names[column]
+        lacking = tx.free[nodes, column] + EPSILON < shape.need[column]
+        stages.append((f"lack free {name}|lacks free {name}", lacking))
+    return stages

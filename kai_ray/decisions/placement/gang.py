@@ -1,0 +1,199 @@
+"""Gang placement: a group's minimum all or nothing, then elastic members one by one.
+
+The minimum is a tree of pod sets: the group, its subgroups (nested by
+`parent`), and in each set the pending pods still missing from its `minMember`.
+A set is placed inside one candidate node set at a time (`domains.py`) under
+a checkpoint: its child subgroups first, each inside its own domain within the
+parent's (at the top, at least `minSubGroup` of them must reach their minimum;
+unset means all), then its own pods, each on the node the strategy scores best.
+Any failure rolls back to the checkpoint and the next candidate is tried; if
+none holds, the whole gang is rolled back and the outcome says why, measured
+on the cluster as it was before the attempt. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from kai_ray.decisions.placement import domains
+from kai_ray.decisions.placement.backend import PlacementBackend, backend_for
+from kai_ray.decisions.placement.domains import Kind, Scope
+from kai_ray.decisions.placement.filters import static_nodes
+from kai_ray.decisions.placement.fit import choose_devices, choose_node
+from kai_ray.decisions.placement.reasons import Failure, explain_pod
+from kai_ray.decisions.placement.shapes import NodeSet, shape_of
+from kai_ray.decisions.plan import Bind
+from kai_ray.decisions.transaction import Placement, Transaction
+from kai_ray.state.groups import PodGroupState
+from kai_ray.state.pod_states import PodState
+from kai_ray.values.api import TopologyConstraint
+from kai_ray.values.config import SchedulerConfigSpec
+from kai_ray.values.resources import GPU
+
+Indices = npt.NDArray[np.intp]
+
+
+@dataclass
+class PodSet:
+    """The group or one subgroup: pods to place now, and child subgroups."""
+
+    name: str | None
+    pods: list[PodState]
+    constraint: TopologyConstraint | None
+    children: list[PodSet] = field(default_factory=list)
+    #: How many children must reach their minimum.
+    needed: int = 0
+    #: Nodes of members already bound or placed: a required domain must contain them.
+    anchors: list[int] = field(default_factory=list)
+    #: Set when the set's minimum cannot be met because its pods do not exist yet.
+    waiting: str = ""
+
+    def members(self) -> list[PodState]:
+        """Every pod of the set's minimum, children included."""
+        return [*self.pods, *(p for child in self.children for p in child.members())]
+
+    def label(self) -> str:
+        return f"subgroup {self.name} " if self.name else ""
+
+
+@dataclass
+class Context:
+    tx: Transaction
+    group: PodGroupState
+    config: SchedulerConfigSpec
+
+    @property
+    def spread(self) -> bool:
+        return self.config.placementStrategy == "spread"
+
+    @property
+    def backend(self) -> PlacementBackend:
+        """Made on first use: a gang without topology never needs (or starts) Ray."""
+        return backend_for(self.tx, self.config)
+
+    @property
+    def topology(self) -> str | None:
+        constraint = self.group.spec.topologyConstraint
+        return constraint.topology if constraint else None
+
+    def everywhere(self) -> NodeSet:
+        nodes = np.arange(len(self.tx.snapshot.node_names), dtype=np.intp)
+        return NodeSet(nodes, "the cluster")
+
+
+def place_set(ctx: Context, pod_set: PodSet, allowed: NodeSet) -> Failure | None:
+    """Place a set inside one candidate node set of `allowed`; rolled back on failure."""
+    if pod_set.waiting:
+        return Failure(text=f"{pod_set.label()}{pod_set.waiting}")
+    scope = domains.resolve(ctx.tx, pod_set.constraint, ctx.topology)
+    if isinstance(scope, str):
+        return Failure(text=f"{pod_set.label()}{scope}")
+    if scope is None:
+        return _attempt(ctx, pod_set, allowed)
+    allowed = domains.anchored(scope, allowed, pod_set.anchors)
+    kinds = kinds_of(ctx, pod_set.members(), allowed)
+    failure: Failure | None = None
+    for node_set in domains.candidates(ctx.tx, ctx.backend, scope, kinds, allowed):
+        failure = _attempt(ctx, pod_set, node_set)
+        if failure is None:
+            return None
+    return failure or _no_room(ctx, scope, kinds, pod_set)
+
+
+def _no_room(ctx: Context, scope: Scope, kinds: list[Kind], pod_set: PodSet) -> Failure:
+    return Failure(text=domains.no_room_reason(ctx.tx, ctx.backend, scope, kinds, pod_set.label()))
+
+
+def _attempt(ctx: Context, pod_set: PodSet, node_set: NodeSet) -> Failure | None:
+    mark = ctx.tx.checkpoint()
+    failure = _place_children(ctx, pod_set, node_set) or place_pods(ctx, pod_set.pods, node_set)
+    if failure is not None:
+        ctx.tx.rollback(mark)
+    return failure
+
+
+def _place_children(ctx: Context, pod_set: PodSet, node_set: NodeSet) -> Failure | None:
+    """At least `needed` children reach their minimum; the others are left to elastic growth."""
+    reached, first_failure = 0, None
+    for position, child in enumerate(pod_set.children):
+        if reached + len(pod_set.children) - position < pod_set.needed:
+            break
+        failure = place_set(ctx, child, node_set)
+        reached += failure is None
+        first_failure = first_failure or failure
+    if reached >= pod_set.needed:
+        return None
+    return Failure(
+        text=f"only {reached} of {len(pod_set.children)} subgroups can reach their minimum "
+        f"({pod_set.needed} needed)",
+        cause=first_failure,
+    )
+
+
+def place_pods(ctx: Context, pods: list[PodState], node_set: NodeSet) -> Failure | None:
+    """Each pod, largest first, on the best node of `node_set`; stops at one that fits none."""
+    allowed_by_signature: dict[object, Indices] = {}
+    for pod in sorted(pods, key=_size, reverse=True):
+        shape = shape_of(ctx.tx, pod)
+        nodes = _allowed(ctx, pod, node_set, allowed_by_signature)
+        node = choose_node(ctx.tx, shape, nodes, ctx.spread)
+        if node is None:
+            return Failure(pod=pod, node_set=node_set, count=_same_kind(pods, pod))
+        place_on(ctx, pod, node)
+    return None
+
+
+def place_on(ctx: Context, pod: PodState, node: int) -> None:
+    tx = ctx.tx
+    shape = shape_of(tx, pod)
+    devices = choose_devices(tx, shape, node)
+    fraction = float(shape.fraction[node]) if shape.shares_gpu else 0.0
+    bind = Bind(pod.key, ctx.group.key, tx.snapshot.node_names[node], devices, fraction)
+    tx.place(Placement(bind, node, shape.taken(node, tx.snapshot.column(GPU)), fraction))
+
+
+def _size(pod: PodState) -> tuple[float, float, float]:
+    return (pod.requests[GPU], pod.gpu_fraction, pod.requests["cpu"])
+
+
+def _same_kind(pods: list[PodState], pod: PodState) -> int:
+    return sum(1 for p in pods if p.requests == pod.requests and p.gpu_share == pod.gpu_share)
+
+
+def _allowed(
+    ctx: Context, pod: PodState, node_set: NodeSet, cache: dict[object, Indices]
+) -> Indices:
+    """Nodes of `node_set` that pass the pod's static filters (once per signature per call)."""
+    key = (pod.node_selector, pod.node_affinity, pod.tolerations)
+    if key not in cache:
+        static = static_nodes(ctx.tx, pod)
+        whole = len(node_set.nodes) == len(ctx.tx.snapshot.node_names)
+        cache[key] = static if whole else np.intersect1d(node_set.nodes, static, assume_unique=True)
+    return cache[key]
+
+
+def kinds_of(ctx: Context, pods: list[PodState], allowed: NodeSet) -> list[Kind]:
+    """Pods grouped by shape and filter signature, each with the nodes it may use."""
+    counts: dict[object, tuple[PodState, int]] = {}
+    for pod in pods:
+        key = (pod.requests, pod.gpu_share, pod.node_selector, pod.node_affinity, pod.tolerations)
+        first, count = counts.get(key, (pod, 0))
+        counts[key] = (first, count + 1)
+    cache: dict[object, Indices] = {}
+    return [
+        Kind(shape_of(ctx.tx, pod), _allowed(ctx, pod, allowed, cache), count)
+        for pod, count in counts.values()
+    ]
+
+
+def explain(ctx: Context, failure: Failure) -> str:
+    """The failure for a person, measured on the transaction's current state."""
+
+    def pod_reason(pod: PodState, node_set: NodeSet, count: int) -> str:
+        allowed = _allowed(ctx, pod, node_set, {})
+        return explain_pod(ctx.tx, pod, node_set, count, allowed)
+
+    return failure.render(pod_reason)

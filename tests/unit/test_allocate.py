@@ -1,0 +1,195 @@
+"""The allocate action through the whole cycle: order, reasons, limits, extras, actions."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from kai_ray.decisions.cycle import (
+    ActionRegistry,
+    CycleContext,
+    CycleResult,
+    builtin_actions,
+    run_cycle,
+)
+from kai_ray.decisions.usage import UsageState
+from kai_ray.state.snapshot import ClusterObjects, build_snapshot
+from kai_ray.values.config import SchedulerConfig
+from kai_ray.values.errors import InvalidObjectError
+from kai_ray.values.resources import GPU
+from tests.builders import make_node, make_pod, make_pod_group, make_queue
+
+H100 = "nvidia.com/gpu.product=H100"
+
+
+def _cycle(
+    nodes: Sequence[Any],
+    queues: Sequence[Any],
+    jobs: Sequence[tuple[Any, int, int]],
+    config: SchedulerConfig | None = None,
+    usage: UsageState | None = None,
+) -> CycleResult:
+    """`jobs`: (pod group builder, pods, GPUs per pod)."""
+    groups, pods = [], []
+    for group, count, gpus in jobs:
+        built = group.build()
+        name = built["metadata"]["name"]
+        groups.append(built)
+        for i in range(count):
+            pod = make_pod(f"{name}-{i}").group(name).gpus(gpus)
+            pods.append(
+                pod.set(
+                    "metadata.creationTimestamp", built["metadata"].get("creationTimestamp")
+                ).build()
+            )
+    objects = ClusterObjects(
+        nodes=[n.build() for n in nodes],
+        queues=[q.build() for q in queues],
+        pod_groups=groups,
+        pods=pods,
+    )
+    return run_cycle(build_snapshot(objects), config or SchedulerConfig(), 7, 100.0, usage)
+
+
+def _per_group(result: CycleResult) -> Counter[str]:
+    return Counter(bind.group.split("/")[1] for bind in result.plan.binds)
+
+
+def _two_teams(a_limit: int | None = None) -> list[Any]:
+    return [
+        make_queue("org").created(0),
+        make_queue("team-a").parent("org").gpu(quota=2, limit=a_limit).created(1),
+        make_queue("team-b").parent("org").gpu(quota=2).created(2),
+    ]
+
+
+def _singles(queue: str, count: int, start: int) -> list[tuple[Any, int, int]]:
+    return [
+        (make_pod_group(f"{queue}-{i}").queue(queue).created(start + i), 1, 1) for i in range(count)
+    ]
+
+
+def test_queues_share_a_full_cluster_by_fair_share_not_by_age() -> None:
+    jobs = [*_singles("team-a", 4, 0), *_singles("team-b", 4, 100)]
+    result = _cycle([make_node("n1").gpus(4)], _two_teams(), jobs)
+    queues = Counter(name.rsplit("-", 1)[0] for name in _per_group(result).elements())
+    assert queues == {"team-a": 2, "team-b": 2}
+    waiting = [s for s in result.plan.statuses if not s.admitted]
+    assert len(waiting) == 4 and all("does not fit" in s.reason for s in waiting)
+
+
+def test_a_job_over_its_queue_limit_waits_with_the_reason() -> None:
+    jobs = [(make_pod_group("big").queue("team-a").min_member(3), 3, 1)]
+    result = _cycle([make_node("n1").gpus(8)], _two_teams(a_limit=2), jobs)
+    assert not result.plan.binds
+    status = result.plan.status_of("default/big")
+    assert status is not None and not status.admitted
+    assert (
+        status.reason == "queue team-a is at its limit of 2 GPUs: it holds 0 and the job asks for 3"
+    )
+
+
+@pytest.mark.parametrize(
+    ("product", "admitted"),
+    [
+        pytest.param("H100", False, id="a gang that lands on H100s past the H100 limit is undone"),
+        pytest.param("A100", True, id="the same gang on A100s does not count against it"),
+    ],
+)
+def test_per_gpu_type_limit_is_checked_after_placement(product: str, admitted: bool) -> None:
+    queues = [make_queue("team-a").gpu(quota=8).resource(H100, limit=1)]
+    node = make_node("n1").gpus(8).label("nvidia.com/gpu.product", product)
+    result = _cycle([node], queues, [(make_pod_group("pair").queue("team-a").min_member(2), 2, 1)])
+    status = result.plan.status_of("default/pair")
+    assert status is not None and status.admitted == admitted
+    assert len(result.plan.binds) == (2 if admitted else 0)
+    if not admitted:
+        assert status.reason.startswith(f"queue team-a is at its limit of 1 {H100} GPUs")
+
+
+def test_elastic_extras_wait_until_every_minimum_is_placed() -> None:
+    jobs = [
+        (make_pod_group("elastic").queue("team-a").min_member(1).created(0), 4, 1),
+        (make_pod_group("gang").queue("team-b").min_member(2).created(50), 2, 1),
+    ]
+    result = _cycle([make_node("n1").gpus(3)], _two_teams(), jobs)
+    assert _per_group(result) == {"elastic": 1, "gang": 2}
+
+
+def test_elastic_extras_go_one_by_one_in_queue_order() -> None:
+    jobs = [
+        (make_pod_group("a").queue("team-a").min_member(1).created(0), 6, 1),
+        (make_pod_group("b").queue("team-b").min_member(1).created(1), 6, 1),
+    ]
+    result = _cycle([make_node("n1").gpus(6)], _two_teams(), jobs)
+    assert _per_group(result) == {"a": 3, "b": 3}
+
+
+class _Noop:
+    name = "allocate"
+
+    def run(self, ctx: CycleContext) -> None:
+        return None
+
+
+def test_the_registry_refuses_a_name_twice() -> None:
+    registry = builtin_actions()
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.register(_Noop())
+
+
+def test_an_unknown_action_name_is_an_error_naming_the_field() -> None:
+    config = SchedulerConfig.model_validate({"spec": {"actions": ["allocate", "shuffle"]}})
+    with pytest.raises(InvalidObjectError, match=r"spec\.actions: unknown action 'shuffle'"):
+        _cycle([], [], [], config)
+
+
+def test_planned_actions_not_built_yet_are_skipped_with_a_note() -> None:
+    result = _cycle([], [], [])
+    assert "action 'reclaim' is not built yet; skipped" in result.plan.notes
+
+
+def test_a_registry_decides_which_actions_exist() -> None:
+    registry = ActionRegistry()
+    registry.register(_Noop())
+    jobs = [(make_pod_group("g").queue("team-a"), 1, 1)]
+    objects = ClusterObjects(
+        nodes=[make_node("n1").gpus(1).build()],
+        queues=[q.build() for q in _two_teams()],
+        pod_groups=[jobs[0][0].build()],
+        pods=[make_pod("g-0").group("g").gpus(1).build()],
+    )
+    result = run_cycle(build_snapshot(objects), SchedulerConfig(), 1, 0.0, registry=registry)
+    assert not result.plan.binds
+
+
+def test_every_log_line_names_the_cycle(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="kai_ray.cycle")
+    _cycle([make_node("n1").gpus(1)], _two_teams(), _singles("team-a", 2, 0))
+    assert caplog.records
+    assert all(r.getMessage().startswith("[cycle 7] ") for r in caplog.records)
+
+
+def test_the_cycle_returns_usage_for_the_next() -> None:
+    queues = [make_queue("team-a").gpu(quota=4)]
+    jobs = _singles("team-a", 2, 0)
+    first = _cycle([make_node("n1").gpus(4)], queues, jobs)
+    assert first.usage.updated_s == 100.0
+    assert first.usage.allocated["team-a"][GPU] == 2
+    later = UsageState(first.usage.queues, {GPU: 0.0}, first.usage.allocated, 0.0)
+    second = _cycle([make_node("n1").gpus(4)], queues, [], usage=later)
+    assert second.usage.queues["team-a"][GPU] == pytest.approx(0.5)
+
+
+def test_a_gpu_type_with_no_room_left_is_avoided_before_placement() -> None:
+    queues = [make_queue("team-a").gpu(quota=8).resource(H100, limit=0)]
+    nodes = [
+        make_node("h100").gpus(8).label("nvidia.com/gpu.product", "H100"),
+        make_node("a100").gpus(8).label("nvidia.com/gpu.product", "A100"),
+    ]
+    result = _cycle(nodes, queues, [(make_pod_group("pair").queue("team-a").min_member(2), 2, 1)])
+    assert {bind.node for bind in result.plan.binds} == {"a100"}
