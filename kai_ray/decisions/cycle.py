@@ -4,10 +4,12 @@
 configured actions in order over one transaction; each adds intents to the
 plan. Actions are small `Action` protocols in one registry that refuses
 duplicate names; `builtin_actions` lists every built-in. `spec.actions` names
-them: an unknown name is an error; a planned action that is not built yet
-(consolidate, reclaim, preempt, stale-gang-eviction are in the default list)
-is skipped with a note in the plan. The cycle knows nothing of kopf or of the
-simulator. Pure: no I/O beyond log lines, each tagged with the cycle id.
+them, in the order they run: an unknown name, or one listed twice, is an
+error; a planned action that is not built yet (one of the default list with
+nothing registered under its name) is skipped with a note in the plan. Each
+action works on `ctx.transaction` as the actions before it left it. The cycle
+knows nothing of kopf or of the simulator. Pure: no I/O beyond log lines, each
+tagged with the cycle id.
 """
 
 from __future__ import annotations
@@ -20,9 +22,13 @@ from typing import Any, Protocol
 
 from kai_ray.decisions.admission import is_preemptible, typed_gpus, typed_keys
 from kai_ray.decisions.allocate import AllocateAction
+from kai_ray.decisions.consolidate import ConsolidateAction
 from kai_ray.decisions.fairness import fair_shares
 from kai_ray.decisions.ordering import QueueLedger, group_priority
 from kai_ray.decisions.plan import Plan
+from kai_ray.decisions.preempt import PreemptAction
+from kai_ray.decisions.reclaim import ReclaimAction
+from kai_ray.decisions.stale import StaleGangEvictionAction
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.decisions.usage import UsageState, advance_usage, usage_from_queues
 from kai_ray.state.snapshot import Snapshot
@@ -90,6 +96,10 @@ def builtin_actions() -> ActionRegistry:
     """Every built-in action, in one place."""
     registry = ActionRegistry()
     registry.register(AllocateAction())
+    registry.register(ConsolidateAction())
+    registry.register(ReclaimAction())
+    registry.register(PreemptAction())
+    registry.register(StaleGangEvictionAction())
     return registry
 
 
@@ -100,21 +110,23 @@ def resolve_actions(
     An unknown name raises `InvalidObjectError` naming `spec.actions`."""
     actions: list[Action] = []
     notes: list[str] = []
-    for name in config.spec.actions:
+    for index, name in enumerate(config.spec.actions):
         action = registry.get(name)
+        if name in config.spec.actions[:index]:
+            raise InvalidObjectError([_action_problem(config, f"action {name!r} is listed twice")])
         if action is not None:
             actions.append(action)
         elif name in DEFAULT_ACTIONS:
             notes.append(f"action {name!r} is not built yet; skipped")
         else:
             known = ", ".join(DEFAULT_ACTIONS)
-            problem = Problem(
-                ObjectRef("SchedulerConfig", config.metadata.name),
-                "spec.actions",
-                f"unknown action {name!r} (known: {known})",
-            )
-            raise InvalidObjectError([problem])
+            message = f"unknown action {name!r} (known: {known})"
+            raise InvalidObjectError([_action_problem(config, message)])
     return actions, notes
+
+
+def _action_problem(config: SchedulerConfig, message: str) -> Problem:
+    return Problem(ObjectRef("SchedulerConfig", config.metadata.name), "spec.actions", message)
 
 
 @dataclass(frozen=True)

@@ -33,12 +33,25 @@ class Evict:
 
 
 @dataclass(frozen=True)
+class Staleness:
+    """A running gang's standing against its minimum, for its `Stale` condition.
+
+    `since` is when the gang was first seen below `minMember` (cycle clock
+    seconds); None means it is at its minimum again (or was evicted), so the
+    condition turns False and a later drop starts a new grace period."""
+
+    since: float | None
+
+
+@dataclass(frozen=True)
 class GroupStatus:
     """What a PodGroup's status should say after this cycle."""
 
     group: str
     admitted: bool
     reason: str = ""
+    #: Set by stale-gang eviction; None: this status says nothing about staleness.
+    staleness: Staleness | None = None
 
 
 @dataclass

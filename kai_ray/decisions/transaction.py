@@ -10,9 +10,13 @@ snapshot, and an undo log:
   then kept up to date with every placement, so placement never re-sums nodes.
 `checkpoint()` marks a point, `rollback(mark)` undoes everything after it,
 `commit()` keeps all so far, `discard()` undoes all. Rollback restores the
-saved rows exactly (no float drift). `memo` holds per-cycle caches keyed by
-their users (placement's masks by pod signature); they depend only on the
-snapshot, never on what the transaction changed. Pure: no I/O.
+saved rows exactly (no float drift). `evict(pod, group)` is the opposite
+what-if: a bound pod's resources and devices are given back to its node, as
+an entry of the same undo log (a removal), so rollback takes it back too;
+`binds()` lists only placements and `evictions()` only removals. `memo`
+holds per-cycle caches keyed by their users (placement's masks by pod
+signature); they depend only on the snapshot, never on what the transaction
+changed. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ import numpy.typing as npt
 
 from kai_ray.decisions.plan import Bind
 from kai_ray.state.devices import EPSILON, GpuDevices
-from kai_ray.state.snapshot import Snapshot
+from kai_ray.state.pod_states import PodState
+from kai_ray.state.snapshot import POD_COUNT, Snapshot
+from kai_ray.values.resources import GPU
 
 Matrix = npt.NDArray[np.float64]
 #: A topology level: (Topology name, level index from the widest).
@@ -43,6 +49,8 @@ class Placement:
     node: int
     taken: Matrix
     device_fraction: float = 0.0
+    #: A bound pod taken off its node (`taken` is then what it gives back, negated).
+    removal: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,8 @@ class Transaction:
         self.placements: list[Placement] = []
         #: Pods placed so far (committed or not), by key.
         self.placed: dict[str, Placement] = {}
+        #: Bound pods evicted so far (committed or not), by key.
+        self.removed: dict[str, Placement] = {}
         self.memo: dict[Hashable, Any] = {}
         self._domain_free: dict[LevelKey, Matrix] = {}
         self._undo: list[_Undo] = []
@@ -72,12 +82,19 @@ class Transaction:
         node = placement.node
         self._undo.append(_Undo(self.free[node].copy(), self.devices[node].copy()))
         self.free[node] -= placement.taken
-        amount = placement.device_fraction or 1.0
+        amount = (placement.device_fraction or 1.0) * (-1.0 if placement.removal else 1.0)
         for index in placement.bind.gpu_devices:
             self.devices[node, index] -= amount
         self._node_changed(node, -placement.taken)
         self.placements.append(placement)
-        self.placed[placement.bind.pod] = placement
+        (self.removed if placement.removal else self.placed)[placement.bind.pod] = placement
+
+    def evict(self, pod: PodState, group: str) -> None:
+        """Give a bound pod's resources and devices back to its node (undone by rollback)."""
+        node = self.snapshot.node_index[pod.node or ""]
+        bind = Bind(pod.key, group, pod.node or "", pod.devices, pod.gpu_fraction)
+        taken = -held_vector(self.snapshot, pod)
+        self.place(Placement(bind, node, taken, pod.gpu_fraction, removal=True))
 
     def rollback(self, mark: int) -> None:
         if mark < self._committed:
@@ -86,7 +103,7 @@ class Transaction:
             placement, undo = self.placements.pop(), self._undo.pop()
             self.free[placement.node] = undo.free_row
             self.devices[placement.node] = undo.device_row
-            self.placed.pop(placement.bind.pod, None)
+            (self.removed if placement.removal else self.placed).pop(placement.bind.pod, None)
             self._node_changed(placement.node, placement.taken)
 
     def revert(self, mark: int) -> None:
@@ -105,7 +122,11 @@ class Transaction:
         self.rollback(self._committed)
 
     def binds(self) -> list[Bind]:
-        return [p.bind for p in self.placements[: self._committed]]
+        return [p.bind for p in self.placements[: self._committed] if not p.removal]
+
+    def evictions(self) -> list[Bind]:
+        """The committed removals, each as the bind it undoes."""
+        return [p.bind for p in self.placements[: self._committed] if p.removal]
 
     def domain_free(self, topology: str, level: int) -> Matrix:
         """Free resources per domain of one level (domains in the tree's order); read-only view."""
@@ -130,6 +151,15 @@ class Transaction:
             domain = self.snapshot.topologies[topology].levels[level].node_domain[node]
             if domain >= 0:
                 sums[domain] += delta
+
+
+def held_vector(snapshot: Snapshot, pod: PodState) -> Matrix:
+    """What a bound pod holds on its node, laid out as the snapshot's `used` counts it."""
+    row = snapshot.vector(pod.requests)
+    row[snapshot.column(GPU)] += pod.gpu_fraction
+    if POD_COUNT in snapshot.resource_names:
+        row[snapshot.column(POD_COUNT)] += 1.0
+    return row
 
 
 def device_matrix(devices: tuple[GpuDevices, ...]) -> Matrix:

@@ -1,41 +1,51 @@
 """The simulation loop: the unchanged scheduling cycle on an in-memory cluster.
 
-Time is virtual and event-driven. Events are submissions, completions and
-cycles; a cycle runs on the grid of the cycle period at or after each event,
-and again one period later while it keeps changing something. The engine
-plays the parts a cluster would: the workload controllers create pods (through
-`kai_ray.sim.controllers`), binds take effect at once (pods run as kwok makes
-them run), and finished workloads release their pods. Nothing in the cycle
-knows it is simulated. Same input, same output. No I/O.
+Time is virtual and event-driven. Events are submissions, completions, cluster
+events (`kai_ray.sim.events`) and cycles; a cycle runs on the grid of the cycle
+period at or after each event, and again one period later while it keeps
+changing something (or at the time its plan asks to wake). The engine plays the
+parts a cluster would: the workload controllers create pods (through
+`kai_ray.sim.controllers`) and create them again, pending, when they are evicted
+or fail; binds take effect at once (pods run as kwok makes them run); a job runs
+`duration` from the moment its whole gang is bound, and starts over when it loses
+its gang; finished workloads release their pods. After each cycle that changed
+something, `BindingLedger` checks the invariants. Nothing in the cycle knows it
+is simulated. Same input, same output. No I/O.
 """
 
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import heapq
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kai_ray.decisions.cycle import CycleResult, run_cycle
-from kai_ray.decisions.plan import Bind, Evict
+from kai_ray.decisions.plan import Bind, Evict, Plan
+from kai_ray.decisions.stale import stale_condition
 from kai_ray.decisions.usage import UsageState
-from kai_ray.sim.invariants import check_invariants
+from kai_ray.effects.reporting import merge_condition
+from kai_ray.sim.accounting import Amounts, QueueAccounting, add_into
+from kai_ray.sim.events import ClusterEvent
+from kai_ray.sim.invariants import BindingLedger, Holding
 from kai_ray.sim.loader import SimInput
 from kai_ray.sim.records import BindingRecord, JobRecord, QueueSample
-from kai_ray.state.snapshot import ClusterObjects, Snapshot, build_snapshot
-from kai_ray.values.api import PodGroup
-from kai_ray.values.clock import VirtualClock
+from kai_ray.sim.snapshots import SnapshotBuilder
+from kai_ray.state.snapshot import ClusterObjects, Snapshot
+from kai_ray.values.api import PodGroup, Queue
+from kai_ray.values.clock import SIM_EPOCH_S, VirtualClock, rfc3339
 from kai_ray.values.config import SchedulerConfig, duration_seconds
 from kai_ray.values.names import GPU_DEVICES_ANNOTATION, POD_GROUP_ANNOTATION
-from kai_ray.values.resources import GPU, Resources
-from kai_ray.workloads.pods import gpu_share, pod_key, pod_requests
+from kai_ray.values.resources import GPU
+from kai_ray.workloads.pods import gpu_share, pod_key, pod_node, pod_requests
 
-SUBMIT, COMPLETE, CYCLE = 0, 1, 2  # same-time order: arrivals, then departures, then a cycle
+# Same-time order: arrivals, departures, cluster events, then a cycle.
+SUBMIT, COMPLETE, CLUSTER, CYCLE = 0, 1, 2, 3
 
 CycleFunction = Callable[[Snapshot, SchedulerConfig, int, float, UsageState | None], CycleResult]
+Progress = Callable[[float], None]
 
 
 @dataclass(order=True)
@@ -53,6 +63,9 @@ class _Job:
     group: dict[str, Any]
     pods: list[dict[str, Any]]
     duration: float | None
+    #: Bumped each time the job loses its gang, so that an old completion is ignored.
+    epoch: int = 0
+    running: bool = False
 
 
 class Simulation:
@@ -67,19 +80,36 @@ class Simulation:
         self.until = until
         self.cycle_fn = cycle
         self.clock = VirtualClock()
+        self.nodes = list(sim.nodes)
+        self.queues: dict[str, Queue] = {q.metadata.name: q for q in sim.queues}
         self.pods: dict[str, dict[str, Any]] = {}
         self.jobs: dict[str, _Job] = {}
         self.bindings: dict[str, BindingRecord] = {}
         self.released: list[BindingRecord] = []
-        self.samples: dict[str, list[QueueSample]] = {q.metadata.name: [] for q in sim.queues}
-        self._parents = {q.metadata.name: q.spec.parentQueue for q in sim.queues}
+        self.accounting = QueueAccounting({n: q.spec.parentQueue for n, q in self.queues.items()})
+        self.ledger = BindingLedger(self.nodes, sim.topologies)
+        self.snapshots = SnapshotBuilder()
         self.cycles = 0
         #: Decayed queue usage, carried from cycle to cycle as the operator persists it.
         self.usage: UsageState | None = None
+        self._live: dict[str, _Job] = {}
+        self._holdings: dict[str, Holding] = {}
+        self._dumps = self._dump_queues_and_topologies()
         self._events: list[_Event] = []
         self._seq = 0
         self._cycle_at: float | None = None
         self._schedule_submissions()
+        for event in sim.events:
+            self._push(event.at_s, CLUSTER, event)
+
+    @property
+    def samples(self) -> dict[str, list[QueueSample]]:
+        return self.accounting.samples
+
+    def horizon(self) -> float:
+        """Where the progress bar ends: `until`, else the last scheduled event."""
+        last = max((e.time for e in self._events), default=0.0)
+        return self.until if self.until is not None else max(last, self.clock.now())
 
     # ---------------------------------------------------------------- events
 
@@ -109,7 +139,7 @@ class Simulation:
             ]
             self._push(submit_at, SUBMIT, _new_job(pg, pods, "PodGroup", submit_at, duration))
 
-    def run(self) -> None:
+    def run(self, progress: Progress | None = None) -> None:
         while self._events:
             event = heapq.heappop(self._events)
             if self.until is not None and event.time > self.until:
@@ -118,10 +148,14 @@ class Simulation:
             if event.order == SUBMIT:
                 self._submit(event.payload)
             elif event.order == COMPLETE:
-                self._complete(event.payload)
+                self._complete(*event.payload)
+            elif event.order == CLUSTER:
+                self._apply_cluster_event(event.payload)
             elif event.time == self._cycle_at:
                 self._cycle_at = None
                 self._run_cycle()
+                if progress is not None:
+                    progress(event.time)
 
     def end_time(self) -> float:
         return self.clock.now()
@@ -135,17 +169,25 @@ class Simulation:
         for pod in job.pods:
             pod.setdefault("metadata", {})["creationTimestamp"] = stamp
             self.pods[pod_key(pod)] = pod
-        self.jobs[job.group_key] = job
+            if pod_node(pod) is not None:  # bound by another scheduler already
+                self._hold(pod_key(pod), Holding(str(pod_node(pod)), pod_requests(pod)))
+        self.jobs[job.group_key] = self._live[job.group_key] = job
+        self._account(job)
         self._schedule_cycle(now)
 
-    def _complete(self, group_key: str) -> None:
+    def _complete(self, group_key: str, epoch: int) -> None:
         job = self.jobs[group_key]
+        if epoch != job.epoch or job.record.finished_s is not None:
+            return
         now = self.clock.now()
         job.record.finished_s = now
         job.record.reason = None
         for pod in job.pods:
             self._release(pod_key(pod), now, "completed")
+            self._forget_pod(pod_key(pod))
             pod.setdefault("status", {})["phase"] = "Succeeded"
+        del self._live[group_key]
+        self.accounting.remove_job(group_key)
         self._schedule_cycle(now)
 
     def _release(self, key: str, now: float, reason: str) -> None:
@@ -154,39 +196,64 @@ class Simulation:
             record.released_s = now
             record.release_reason = reason
             self.released.append(record)
+        holding = self._holdings.pop(key, None)
+        if holding is not None:
+            self.ledger.release(holding)
+
+    def _forget_pod(self, key: str) -> None:
         self.pods.pop(key, None)
+        self.snapshots.pod_changed(key)
+
+    def _recreate(self, key: str, now: float, reason: str) -> None:
+        """The pod is gone (evicted, failed); its controller creates it again, pending."""
+        pod = self.pods.get(key)
+        self._release(key, now, reason)
+        if pod is None or pod["spec"].get("schedulerName") not in (None, self._scheduler):
+            return
+        pod["spec"].pop("nodeName", None)
+        pod["metadata"].get("annotations", {}).pop(GPU_DEVICES_ANNOTATION, None)
+        pod["metadata"]["creationTimestamp"] = _timestamp(now)
+        pod.setdefault("status", {})["phase"] = "Pending"
+        self.snapshots.pod_changed(key)
+
+    @property
+    def _scheduler(self) -> str:
+        return self.config.spec.schedulerName
 
     # --------------------------------------------------------------- cycles
 
     def objects(self) -> ClusterObjects:
-        live_groups = [j.group for j in self.jobs.values() if j.record.finished_s is None]
+        queues, topologies = self._dumps
         return ClusterObjects(
-            nodes=self.sim.nodes,
+            nodes=self.nodes,
             pods=list(self.pods.values()),
-            pod_groups=live_groups,
-            queues=[q.model_dump(mode="json", exclude_none=True) for q in self.sim.queues],
-            topologies=[t.model_dump(mode="json", exclude_none=True) for t in self.sim.topologies],
+            pod_groups=[j.group for j in self._live.values()],
+            queues=queues,
+            topologies=topologies,
             usage=self.usage.queues if self.usage is not None else {},
         )
 
     def _run_cycle(self) -> None:
         now = self.clock.now()
         self.cycles += 1
-        snapshot = build_snapshot(self.objects())
-        result = self.cycle_fn(snapshot, self.config, self.cycles, now, self.usage)
+        snapshot = self.snapshots.build(self.objects())
+        # The cycle sees Unix time, as in a cluster; objects' timestamps count from the same epoch.
+        result = self.cycle_fn(snapshot, self.config, self.cycles, SIM_EPOCH_S + now, self.usage)
         self.usage = result.usage
         for evict in result.plan.evictions:
-            self._evict(evict, now)
+            self._recreate(evict.pod, now, evict.reason)
         for bind in result.plan.binds:
             self._bind(bind, now)
-        self._update_jobs(result, now)
+        touched = self._touched_jobs(result.plan.binds, result.plan.evictions)
+        self._update_jobs(touched, result, now)
+        _persist_staleness(result.plan, self._live, SIM_EPOCH_S + now)
         changed = bool(result.plan.binds or result.plan.evictions)
         if changed:
-            check_invariants(build_snapshot(self.objects()), self.cycles, self.jobs_by_group())
+            self._check_invariants(touched)
             self._schedule_cycle(now + self.period)
         if result.plan.wake_at is not None:
-            self._schedule_cycle(max(result.plan.wake_at, now + self.period))
-        self._sample_queues(result, now, changed)
+            self._schedule_cycle(max(result.plan.wake_at - SIM_EPOCH_S, now + self.period))
+        self.accounting.sample(now, result.fair_shares)
 
     def _bind(self, bind: Bind, now: float) -> None:
         pod = self.pods[bind.pod]
@@ -194,80 +261,127 @@ class Simulation:
         if bind.gpu_devices:
             devices = ",".join(str(d) for d in bind.gpu_devices)
             pod["metadata"].setdefault("annotations", {})[GPU_DEVICES_ANNOTATION] = devices
-        pod.setdefault("status", {})["phase"] = "Running"
+        pod.setdefault("status", {}).update(phase="Running", startTime=_timestamp(now))
+        self.snapshots.pod_changed(bind.pod)
+        requests = pod_requests(pod) + {GPU: bind.gpu_fraction}
         self.bindings[bind.pod] = BindingRecord(
             name=pod["metadata"]["name"],
             namespace=pod["metadata"].get("namespace") or "default",
             job=bind.group,
             node=bind.node,
-            requests=pod_requests(pod) + {GPU: bind.gpu_fraction},
+            requests=requests,
             gpu_devices=list(bind.gpu_devices),
             bound_s=now,
         )
+        holding = Holding(bind.node, pod_requests(pod), bind.gpu_devices, bind.gpu_fraction)
+        self._hold(bind.pod, holding)
 
-    def _evict(self, evict: Evict, now: float) -> None:
-        self._release(evict.pod, now, evict.reason)
+    def _hold(self, key: str, holding: Holding) -> None:
+        self._holdings[key] = holding
+        self.ledger.hold(holding)
 
-    def _update_jobs(self, result: CycleResult, now: float) -> None:
-        statuses = {status.group: status for status in result.plan.statuses}
-        for key, job in self.jobs.items():
-            record = job.record
-            if record.finished_s is not None:
-                continue
-            running = sum(1 for p in job.pods if pod_key(p) in self.bindings)
-            if record.started_s is None and running >= max(record.min_member, 1):
-                record.admitted_s = record.admitted_s if record.admitted_s is not None else now
-                record.started_s = now
-                record.reason = None
-                if job.duration is not None:
-                    self._push(now + job.duration, COMPLETE, key)
-            status = statuses.get(key)
-            if record.started_s is None and status is not None:
-                record.reason = status.reason
+    def _touched_jobs(self, binds: Iterable[Bind], evictions: Iterable[Evict]) -> list[_Job]:
+        keys = dict.fromkeys([b.group for b in binds] + [e.group for e in evictions])
+        return [self.jobs[key] for key in keys if key in self.jobs]
 
-    def _queue_path(self, leaf: str) -> list[str]:
-        return _queue_path_of(self._parents, leaf)
+    def _update_jobs(self, touched: list[_Job], result: CycleResult, now: float) -> None:
+        for job in touched:
+            self._follow_gang(job, now)
+        for status in result.plan.statuses:
+            job = self._live.get(status.group)
+            if job is not None and not job.running:
+                job.record.reason = status.reason
+
+    def _follow_gang(self, job: _Job, now: float) -> None:
+        """Start the job's clock when its gang is whole; stop it when the gang breaks."""
+        record = job.record
+        whole = self._bound_count(job) >= max(record.min_member, 1)
+        if whole and not job.running:
+            job.running = True
+            record.admitted_s = record.admitted_s if record.admitted_s is not None else now
+            record.started_s = record.started_s if record.started_s is not None else now
+            record.reason = None
+            if job.duration is not None:
+                self._push(now + job.duration, COMPLETE, (job.group_key, job.epoch))
+        elif not whole and job.running:
+            job.running = False
+            job.epoch += 1
+        self._account(job)
+
+    def _bound_count(self, job: _Job) -> int:
+        return sum(1 for p in job.pods if pod_key(p) in self.bindings)
+
+    def _check_invariants(self, touched: list[_Job]) -> None:
+        self.ledger.check_nodes(self.cycles)
+        for job in touched:
+            nodes = [b.node for p in job.pods if (b := self.bindings.get(pod_key(p)))]
+            min_member = job.record.min_member
+            self.ledger.check_gang(self.cycles, job.group_key, min_member, nodes, job.group)
+
+    def _account(self, job: _Job) -> None:
+        allocated: Amounts = {}
+        requested: Amounts = {}
+        for pod in job.pods:
+            binding = self.bindings.get(pod_key(pod))
+            amounts = binding.requests if binding is not None else _pending_requests(pod)
+            add_into(requested, amounts)
+            if binding is not None:
+                add_into(allocated, amounts)
+        self.accounting.set_job(job.group_key, job.record.queue, allocated, requested)
+
+    # ------------------------------------------------------- cluster events
+
+    def _apply_cluster_event(self, event: ClusterEvent) -> None:
+        from kai_ray.sim.cluster_events import apply_cluster_event
+
+        apply_cluster_event(self, event, self.clock.now())
+        self._schedule_cycle(self.clock.now())
+
+    def _dump_queues_and_topologies(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        queues = [q.model_dump(mode="json", exclude_none=True) for q in self.queues.values()]
+        topologies = [t.model_dump(mode="json", exclude_none=True) for t in self.sim.topologies]
+        return queues, topologies
+
+    def set_queue(self, queue: Queue) -> None:
+        self.queues[queue.metadata.name] = queue
+        self.accounting.parents[queue.metadata.name] = queue.spec.parentQueue
+        self._dumps = self._dump_queues_and_topologies()
+
+    def set_node(self, index: int, node: dict[str, Any]) -> None:
+        self.nodes[index] = node
+        self.snapshots.nodes_changed()
+
+    def fail_pod(self, key: str, reason: str) -> None:
+        """A bound pod fails: released with `reason`, created again pending; its job follows."""
+        record = self.bindings.get(key)
+        if record is None:
+            return
+        self._recreate(key, self.clock.now(), reason)
+        job = self.jobs.get(record.job)
+        if job is not None:
+            self._follow_gang(job, self.clock.now())
 
     def jobs_by_group(self) -> Mapping[str, JobRecord]:
         return {key: job.record for key, job in self.jobs.items()}
 
-    def _sample_queues(self, result: CycleResult, now: float, changed: bool) -> None:
-        allocated: dict[str, Resources] = {}
-        requested: dict[str, Resources] = {}
-        for job in self.jobs.values():
-            if job.record.finished_s is not None:
-                continue
-            for pod in job.pods:
-                binding = self.bindings.get(pod_key(pod))
-                amount = binding.requests if binding else _pending_requests(pod)
-                for queue in self._queue_path(job.record.queue):
-                    requested[queue] = requested.get(queue, Resources()) + amount
-                    if binding is not None:
-                        allocated[queue] = allocated.get(queue, Resources()) + amount
-        for name, series in self.samples.items():
-            sample = QueueSample(
-                t_s=now,
-                allocated=allocated.get(name, Resources()),
-                requested=requested.get(name, Resources()),
-                fair_share=result.fair_shares.get(name, Resources()),
-            )
-            if not series or not series[-1].same_values(sample):
-                series.append(sample)
+
+def _persist_staleness(plan: Plan, jobs: Mapping[str, _Job], now: float) -> None:
+    """Keep the `Stale` condition the plan states on the PodGroup, as the binder would,
+    so that the next cycle's snapshot knows since when a gang is below its minimum."""
+    for status in plan.statuses:
+        job = jobs.get(status.group)
+        if status.staleness is None or job is None:
+            continue
+        group_status = job.group.setdefault("status", {})
+        condition = stale_condition(status.staleness, now)
+        group_status["conditions"] = merge_condition(group_status.get("conditions"), condition)
 
 
-def _queue_path_of(parents: Mapping[str, str | None], leaf: str) -> list[str]:
-    """The leaf and its ancestors, leaf first."""
-    path = [leaf]
-    while (parent := parents.get(path[-1])) is not None and parent not in path:
-        path.append(parent)
-    return path
-
-
-def _pending_requests(pod: Mapping[str, Any]) -> Resources:
+def _pending_requests(pod: Mapping[str, Any]) -> Amounts:
     """A waiting pod's requests, its GPU share counted when it is a plain fraction."""
     share = gpu_share(pod)
     fraction = share.fraction if share is not None and share.fraction is not None else 0.0
-    return pod_requests(pod) + {GPU: fraction}
+    return dict(pod_requests(pod) + {GPU: fraction})
 
 
 def _member_of(pod: Mapping[str, Any], group: PodGroup) -> bool:
@@ -300,7 +414,5 @@ def _new_job(
 
 
 def _timestamp(seconds: float) -> str:
-    """An RFC 3339 time on the virtual clock (origin 2026-01-01T00:00:00Z)."""
-    origin = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-    moment = origin + dt.timedelta(seconds=seconds)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z"
+    """An RFC 3339 time on the virtual clock (which starts at SIM_EPOCH_S)."""
+    return rfc3339(SIM_EPOCH_S + seconds)

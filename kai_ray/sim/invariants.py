@@ -1,19 +1,35 @@
 """Invariants the simulator checks after every cycle that changed something.
 
 A violation is a bug in the scheduler, not bad input: it stops the run with the
-cycle, the object and the rule. Pure: no I/O.
+cycle, the object and the rule (`kai-ray simulate` exits with status 3 and one
+line). Two checkers hold the same rules:
+
+- `BindingLedger`, which the engine uses: it keeps its own count of what every
+  bound pod holds on each node and GPU device, from the bindings alone (not from
+  the snapshot the cycle saw), and after each cycle checks the nodes and gangs
+  that cycle touched: no node or device overcommitted, no gang left partly bound
+  by the cycle's binds or evictions, every gang's required topology domain held;
+- `check_invariants`, the same rules over a whole `Snapshot`, for tests.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from kai_ray.sim.records import JobRecord
+from kai_ray.state.nodes import read_nodes
 from kai_ray.state.snapshot import Snapshot
+from kai_ray.values.api import Topology
+from kai_ray.values.resources import GPU, Resources
 
 TOLERANCE = 1e-6
+POD_COUNT = "pods"
 
 
 class InvariantViolation(AssertionError):
@@ -75,3 +91,93 @@ def _required_topology_held(snapshot: Snapshot, cycle: int) -> None:
         if domains is not None and (len(domains) > 1 or -1 in domains):
             rule = f"pods straddle {constraint.requiredLevel} domains (required: one)"
             raise InvariantViolation(cycle, f"PodGroup {key}", rule)
+
+
+# ------------------------------------------------------------ the engine's ledger
+
+
+@dataclass
+class Holding:
+    """What one bound pod holds: its node, its requests, its devices and share."""
+
+    node: str
+    requests: Resources
+    devices: tuple[int, ...] = ()
+    fraction: float = 0.0
+
+
+@dataclass
+class _NodeAccount:
+    allocatable: Resources
+    labels: Mapping[str, str]
+    used: dict[str, float] = field(default_factory=dict)
+    devices: list[float] = field(default_factory=list)
+
+
+class BindingLedger:
+    """Per node, what bound pods hold, kept from binds and releases; checked per cycle."""
+
+    def __init__(self, nodes: Sequence[Mapping[str, Any]], topologies: Iterable[Topology]) -> None:
+        self._nodes: dict[str, _NodeAccount] = {}
+        for facts in read_nodes(nodes).nodes:
+            devices = [0.0] * int(np.floor(facts.allocatable[GPU]))
+            self._nodes[facts.name] = _NodeAccount(facts.allocatable, facts.labels, {}, devices)
+        self._topologies = {t.metadata.name: t for t in topologies}
+        self._touched: set[str] = set()
+
+    def hold(self, holding: Holding) -> None:
+        self._change(holding, +1.0)
+
+    def release(self, holding: Holding) -> None:
+        self._change(holding, -1.0)
+
+    def _change(self, holding: Holding, sign: float) -> None:
+        account = self._nodes.get(holding.node)
+        if account is None:
+            return
+        self._touched.add(holding.node)
+        for name, amount in [*holding.requests.items(), (POD_COUNT, 1.0)]:
+            account.used[name] = account.used.get(name, 0.0) + sign * amount
+        per_device = holding.fraction if holding.fraction else 1.0
+        for device in holding.devices:
+            if device >= len(account.devices):
+                account.devices.extend([0.0] * (device + 1 - len(account.devices)))
+                account.devices[device] = float("inf")  # no such device: always a violation
+            account.devices[device] += sign * per_device
+
+    def check_nodes(self, cycle: int) -> None:
+        """No node touched since the last check holds more than it offers."""
+        for name in sorted(self._touched):
+            account = self._nodes[name]
+            for resource, used in account.used.items():
+                offered = account.allocatable[resource]
+                counted = resource != POD_COUNT or POD_COUNT in account.allocatable
+                if counted and used > offered + TOLERANCE:
+                    rule = f"{resource} overcommitted ({used:g} bound, {offered:g} allocatable)"
+                    raise InvariantViolation(cycle, f"Node {name}", rule)
+            if any(d > 1.0 + TOLERANCE for d in account.devices):
+                raise InvariantViolation(cycle, f"Node {name}", "a GPU device is overcommitted")
+        self._touched.clear()
+
+    def check_gang(
+        self, cycle: int, key: str, min_member: int, nodes: Sequence[str], group: Mapping[str, Any]
+    ) -> None:
+        """A gang the cycle bound or evicted pods of is whole or gone, and in one domain."""
+        if 0 < len(nodes) < min_member:
+            rule = f"{len(nodes)} of at least {min_member} pods bound: partial gang"
+            raise InvariantViolation(cycle, f"PodGroup {key}", rule)
+        constraint = (group.get("spec") or {}).get("topologyConstraint") or {}
+        label = self._required_label(constraint)
+        if label is None or not nodes:
+            return
+        values = {self._nodes[n].labels.get(label) for n in nodes if n in self._nodes}
+        if len(values) > 1 or None in values:
+            rule = f"pods straddle {constraint.get('requiredLevel')} domains (required: one)"
+            raise InvariantViolation(cycle, f"PodGroup {key}", rule)
+
+    def _required_label(self, constraint: Mapping[str, Any]) -> str | None:
+        topology = self._topologies.get(str(constraint.get("topology")))
+        level = constraint.get("requiredLevel")
+        if topology is None or not level:
+            return None
+        return topology.spec.resolve(str(level))

@@ -7,7 +7,7 @@ can exit with status 2 and one line. Reading files is the only I/O here.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from kai_ray.sim.controllers import pods_for_workload
+from kai_ray.sim.events import ClusterEvent, check_events
 from kai_ray.sim.nodepool import SIM_API_VERSION, NodePool, expand
 from kai_ray.sim.references import check_references
 from kai_ray.values.api import API_VERSION, PodGroup, Queue, Topology
@@ -68,6 +69,7 @@ class SimInput:
     member_pods: list[Document] = field(default_factory=list)
     workloads: list[Workload] = field(default_factory=list)
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    events: list[ClusterEvent] = field(default_factory=list)
     #: Which file each object came from, by (kind, namespace, name).
     sources: dict[tuple[str, str | None, str], str] = field(default_factory=dict)
 
@@ -146,6 +148,8 @@ def _read_document(doc: Document, sim: SimInput) -> None:
         sim.nodes.append(_check_node(doc))
     elif (api_version, kind) == (SIM_API_VERSION, "NodePool"):
         sim.nodes.extend(expand(parse_model(NodePool, doc.raw, doc.source)))
+    elif (api_version, kind) == (SIM_API_VERSION, "ClusterEvent"):
+        sim.events.append(parse_model(ClusterEvent, doc.raw, doc.source))
     elif (api_version, kind) == (API_VERSION, "Queue"):
         sim.queues.append(parse_model(Queue, doc.raw, doc.source))
     elif (api_version, kind) == (API_VERSION, "Topology"):
@@ -165,7 +169,7 @@ def _read_document(doc: Document, sim: SimInput) -> None:
         sim.workloads.append(Workload(doc.raw, doc.ref, groups, pods, *times))
     else:
         known = "Node, NodePool, Queue, Topology, PodGroup, Pod, Job, RayCluster, RayJob, "
-        known += "PodCliqueSet, SchedulerConfig"
+        known += "PodCliqueSet, SchedulerConfig, ClusterEvent"
         raise InvalidObjectError(
             [Problem(doc.ref, "apiVersion/kind", f"{api_version}/{kind} is not one of {known}")]
         )
@@ -195,13 +199,20 @@ def _names_pod_group(raw: Mapping[str, Any]) -> bool:
 
 def load(paths: Sequence[Path]) -> SimInput:
     """Read and check every document; raise InvalidObjectError on the first bad one."""
+    return load_documents(iter_documents(paths))
+
+
+def load_documents(documents: Iterable[Document]) -> SimInput:
+    """Check documents already read (from files, a trace, a snapshot) into a `SimInput`."""
     sim = SimInput()
-    for doc in iter_documents(paths):
+    for doc in documents:
         _read_document(doc, sim)
         ref = doc.ref
         sim.sources.setdefault((ref.kind, ref.namespace, ref.name), doc.source)
     try:
         check_references(sim)
+        event_sources = {k[2]: v for k, v in sim.sources.items() if k[0] == "ClusterEvent"}
+        check_events(sim.events, sim.nodes, sim.queues, event_sources)
     except InvalidObjectError as err:
         raise InvalidObjectError([_with_source(p, sim.sources) for p in err.problems]) from None
     return sim

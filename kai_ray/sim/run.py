@@ -1,26 +1,51 @@
-"""`kai-ray simulate`: load, run, report, print, plot.
+"""`kai-ray simulate` and `kai-ray snapshot`: read, run, report, print, plot.
 
-This is the simulator's only module that writes files and prints; the engine
-and the report builder are pure.
+This is the simulator's only module that writes files and prints; the engine,
+the report builder and the summary rows are pure. Progress is drawn (rich) only
+on a terminal unless `--progress always`, and never with `--quiet`.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kai_ray.sim.engine import Simulation
-from kai_ray.sim.loader import load
+from kai_ray.sim.loader import Document, iter_documents, load_documents
+from kai_ray.sim.overrides import apply_overrides, parse_set, parse_sweep, variants
 from kai_ray.sim.report import build_report
+from kai_ray.sim.summary import gpu_quotas
+from kai_ray.sim.sweep import VariantResult, check_variants, run_sweep
+from kai_ray.sim.tables import print_summary, print_sweep
+from kai_ray.sim.trace import trace_documents
 from kai_ray.values.config import duration_seconds
 from kai_ray.values.errors import InvalidObjectError, ObjectRef, Problem
-from kai_ray.values.resources import GPU
+
+Quotas = dict[str, float | None]
+
+
+@dataclass
+class Options:
+    inputs: Sequence[Path]
+    traces: Sequence[Path] = ()
+    report: Path | None = None
+    plot: Path | None = None
+    until: str | None = None
+    quiet: bool = False
+    progress: str = "auto"
+    sets: Sequence[str] = ()
+    sweeps: Sequence[str] = ()
+    ray: bool = True
+    ray_address: str | None = None
+    console: Console = field(default_factory=lambda: Console(width=None if sys.stdout.isatty() else 150))
 
 
 def parse_until(text: str | None) -> float | None:
@@ -37,92 +62,101 @@ def parse_until(text: str | None) -> float | None:
         ) from None
 
 
-def run_simulation(
-    inputs: Sequence[Path],
-    report: Path | None = None,
-    plot: Path | None = None,
-    until: str | None = None,
-    quiet: bool = False,
-) -> int:
-    limit = parse_until(until)
-    sim = Simulation(load(inputs), until=limit)
-    sim.run()
-    result = build_report(sim)
-    if report is not None:
-        report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(json.dumps(result, indent=2) + "\n")
-    if not quiet:
-        print_summary(result, Console(width=None if sys.stdout.isatty() else 150))
-    if plot is not None:
-        from kai_ray.sim.plot import plot_report
+def read_documents(inputs: Sequence[Path], traces: Sequence[Path] = ()) -> list[Document]:
+    """The input files' documents, then one Job per trace row (a bare topology level
+    in a trace names the input's only Topology)."""
+    documents = list(iter_documents(inputs))
+    topologies = [d.raw.get("metadata", {}).get("name") for d in documents if d.raw.get("kind") == "Topology"]
+    default = str(topologies[0]) if len(topologies) == 1 else None
+    for trace in traces:
+        documents.extend(trace_documents(trace, default))
+    return documents
 
-        plot_report(result, plot)
+
+def run_simulation(options: Options) -> int:
+    limit = parse_until(options.until)
+    documents = read_documents(options.inputs, options.traces)
+    if options.sweeps:
+        return _run_sweep(options, documents, limit)
+    base = apply_overrides(load_documents(documents), [parse_set(s) for s in options.sets])
+    sim = Simulation(base, until=limit)
+    with _progress_bar(options, "simulating", sim.horizon()) as advance:
+        sim.run(progress=advance)
+    result = build_report(sim)
+    _write_outputs(result, options.report, options.plot, gpu_quotas(base.queues))
+    if not options.quiet:
+        print_summary(result, gpu_quotas(base.queues), options.console)
     return 0
 
 
-def time_mean(samples: list[dict[str, Any]], key: str, end: float) -> float:
-    """The time-weighted mean of a sampled GPU amount from 0 to `end`."""
-    if not samples or end <= 0:
-        return 0.0
-    total = 0.0
-    for sample, following in zip(samples, [*samples[1:], None], strict=True):
-        until = following["t_s"] if following is not None else end
-        total += sample[key][GPU] * max(until - sample["t_s"], 0.0)
-    return total / end
+def _run_sweep(options: Options, documents: list[Document], limit: float | None) -> int:
+    sets = [parse_set(s) for s in options.sets]
+    chosen = [tuple(sets) + v for v in variants([parse_sweep(s) for s in options.sweeps])]
+    base = load_documents(documents)
+    check_variants(base, chosen)
+    with _progress_bar(options, f"{len(chosen)} variants", len(chosen), count=True) as advance:
+        done = [0]
+
+        def on_done(_: str) -> None:
+            done[0] += 1
+            advance(float(done[0]))
+
+        results = run_sweep(documents, chosen, limit, options.ray, options.ray_address, on_done)
+    quotas = gpu_quotas(base.queues)
+    for result in results:
+        report, plot = _variant_path(options.report, result), _variant_path(options.plot, result)
+        _write_outputs(result.report, report, plot, quotas)
+    if not options.quiet:
+        print_sweep(results, quotas, options.console)
+    return 0
 
 
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.0f}s"
+def _variant_path(path: Path | None, result: VariantResult) -> Path | None:
+    """`out/r.json` -> `out/r.<variant>.json`."""
+    return None if path is None else path.with_name(f"{path.stem}.{result.name}{path.suffix}")
 
 
-def print_summary(report: dict[str, Any], console: Console) -> None:
-    summary = report["summary"]
-    jobs = Table(title="Jobs", show_lines=False)
-    for column in ("job", "kind", "queue", "min", "submitted", "started", "finished", "reason"):
-        jobs.add_column(column)
-    for job in report["jobs"][:50]:
-        jobs.add_row(
-            f"{job['namespace']}/{job['name']}",
-            job["kind"],
-            job["queue"],
-            str(job["min_member"]),
-            _seconds(job["submitted_s"]),
-            _seconds(job["started_s"]),
-            _seconds(job["finished_s"]),
-            job["reason"] or "",
-        )
-    if len(report["jobs"]) > 50:
-        jobs.caption = f"first 50 of {len(report['jobs'])} jobs; the report has all"
-    console.print(jobs)
-    queues = Table(title="Queues (GPUs)")
-    for column in (
-        "queue",
-        "parent",
-        "mean allocated",
-        "peak allocated",
-        "mean fair share",
-        "peak requested",
-    ):
-        queues.add_column(column, justify="left" if column in ("queue", "parent") else "right")
-    end = summary["end_s"]
-    for queue in report["queues"]:
-        samples = queue["samples"]
-        queues.add_row(
-            queue["name"],
-            queue["parent"] or "",
-            f"{time_mean(samples, 'allocated', end):.1f}",
-            f"{max((s['allocated'][GPU] for s in samples), default=0):g}",
-            f"{time_mean(samples, 'fair_share', end):.1f}",
-            f"{max((s['requested'][GPU] for s in samples), default=0):g}",
-        )
-    console.print(queues)
-    wait = summary["wait_s"]
-    console.print(
-        f"[bold]{summary['jobs']}[/] jobs: {summary['jobs_started']} started, "
-        f"{summary['jobs_finished']} finished, {summary['jobs_waiting']} waiting; "
-        f"{summary['pods_bound']} pods bound on {summary['nodes']} nodes "
-        f"({summary['gpus']:g} GPUs) over {summary['end_s']:,.0f}s virtual; "
-        f"GPU utilisation {summary['gpu_utilisation']:.1%}; wait p50 {_seconds(wait['p50'])}, "
-        f"p95 {_seconds(wait['p95'])}, max {_seconds(wait['max'])}; "
-        f"{summary['evictions']} evictions"
+def _write_outputs(
+    report: dict[str, Any], path: Path | None, plot: Path | None, quotas: Quotas
+) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n")
+    if plot is not None:
+        from kai_ray.sim.plot import plot_report
+
+        plot_report(report, plot, quotas)
+
+
+@contextmanager
+def _progress_bar(
+    options: Options, label: str, total: float, count: bool = False
+) -> Iterator[Callable[[float], None]]:
+    shown = not options.quiet and (
+        options.progress == "always" or (options.progress == "auto" and options.console.is_terminal)
     )
+    if not shown:
+        yield lambda _: None
+        return
+    done = MofNCompleteColumn() if count else TextColumn("{task.fields[virtual]}")
+    columns = [TextColumn(label), BarColumn(), done, TimeElapsedColumn()]
+    with Progress(*columns, console=options.console, transient=True) as progress:
+        task = progress.add_task(label, total=max(total, 1.0), virtual="")
+
+        def advance(now: float) -> None:
+            text = f"virtual {now / 3600:,.1f}h of {total / 3600:,.1f}h"
+            progress.update(task, completed=min(now, total), virtual=text)
+
+        yield advance
+
+
+def write_snapshot(inputs: Sequence[Path], traces: Sequence[Path], output: Path) -> int:
+    """`kai-ray snapshot`: the whole checked input as one normalised YAML file."""
+    from kai_ray.sim.export import snapshot_yaml
+
+    documents = read_documents(inputs, traces)
+    load_documents(documents)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(snapshot_yaml(documents))
+    print(output)
+    return 0

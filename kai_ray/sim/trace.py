@@ -24,6 +24,7 @@ Reading the file is the only I/O.
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,6 @@ def _seconds(row: Mapping[str, str | None], column: str, required: bool) -> floa
             seconds = duration_seconds(value)
         except ValueError as err:
             raise _RowError(column, str(err)) from None
-    if seconds < 0:
-        raise _RowError(column, f"{value!r} is negative")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise _RowError(column, f"{value!r} is not a finite time >= 0")
     return seconds

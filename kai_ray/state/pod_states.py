@@ -65,6 +65,8 @@ class PodState:
     pod_group: str | None
     subgroup: str | None
     scheduling_gates: tuple[str, ...]
+    #: status.startTime: when the pod started running ("" while it has not).
+    start_time: str = ""
     #: spec.nodeSelector as sorted (label, value) pairs.
     node_selector: tuple[tuple[str, str], ...] = ()
     #: Required node affinity: any one term holds (each term: all its requirements).
@@ -108,6 +110,7 @@ class PodState:
             self.pod_group,
             self.subgroup,
             self.scheduling_gates,
+            self.start_time,
             self.node_selector,
             self.node_affinity,
             self.tolerations,
@@ -162,6 +165,7 @@ def read_pod(pod: Mapping[str, Any], problems: list[Problem]) -> PodState | None
         gpu_fraction=(share.fraction or 0.0) if share else 0.0,
         devices=_recorded_devices(pod, problems),
         creation_timestamp=pod_creation_timestamp(pod),
+        start_time=str((pod.get("status") or {}).get("startTime") or ""),
         priority=pod_priority(pod),
         pod_group=pod_group_name(pod),
         subgroup=pod_subgroup(pod),

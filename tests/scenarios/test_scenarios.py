@@ -30,6 +30,8 @@ HERE = Path(__file__).resolve().parent
 RULES_FILE = HERE / "rules.yaml"
 MIN_SCENARIOS = 80
 GPU = "nvidia.com/gpu"
+#: Release reasons that are evictions by the scheduler (not completions or failures).
+EVICTION_WORDS = ("consolidation", "stale-gang", "reclaim", "preempt")
 #: Default slack when a queue amount is compared with an exact number.
 QUEUE_TOLERANCE = 1e-6
 
@@ -43,6 +45,7 @@ EXPECT_KEYS = {
     "different_devices",
     "pods_share_domain",
     "rejected",
+    "evictions_max",
 }
 JOB_KEYS = {
     "started",
@@ -60,6 +63,10 @@ JOB_KEYS = {
     "same_domain",
     "in_domain",
     "domain_count",
+    "evicted",
+    "times_evicted",
+    "released_together",
+    "running",
 }
 POD_KEYS = {"bound", "node", "gpu_devices", "gpu_fraction"}
 QUEUE_KEYS = {"fair_share", "allocated", "requested", "at_s", "tolerance"}
@@ -225,6 +232,60 @@ def check_job(outcome: Outcome, key: str, want: Mapping[str, Any]) -> Iterator[s
         if attribute in want and job[attribute] != want[attribute]:
             yield f"job {key}: expected {attribute} {want[attribute]!r}, got {job[attribute]!r}"
     yield from check_job_nodes(outcome, key, want)
+    yield from check_evictions(outcome, key, want)
+
+
+def is_eviction(binding: Mapping[str, Any]) -> bool:
+    reason = (binding.get("release_reason") or "").lower()
+    return any(word in reason for word in EVICTION_WORDS)
+
+
+def eviction_times(outcome: Outcome, job: str) -> list[float]:
+    """The distinct times some pod of the job was evicted, in order."""
+    return sorted({b["released_s"] for b in outcome.job_bindings(job) if is_eviction(b)})
+
+
+def check_evictions(outcome: Outcome, key: str, want: Mapping[str, Any]) -> Iterator[str]:
+    """`evicted`: a word of an eviction reason (or false: never evicted); `times_evicted`;
+    `released_together`: every pod bound at an eviction went at that time;
+    `running`: some pod is still bound at the end."""
+    bindings = outcome.job_bindings(key)
+    reasons = sorted({b["release_reason"] for b in bindings if is_eviction(b)})
+    if "evicted" in want:
+        wanted = want["evicted"]
+        if wanted is False and reasons:
+            yield f"job {key}: expected never evicted, got {reasons}"
+        elif wanted is not False and not any(reason_matches(r, wanted) for r in reasons):
+            yield f"job {key}: expected an eviction for {wanted!r}, got {reasons}"
+    times = eviction_times(outcome, key)
+    if "times_evicted" in want and not matches(len(times), want["times_evicted"], 0):
+        yield f"job {key}: expected {want['times_evicted']} evictions, got them at {times}"
+    if want.get("released_together"):
+        yield from check_released_together(key, bindings, times)
+    if "running" in want:
+        running = any(b["released_s"] is None for b in bindings)
+        if running != want["running"]:
+            yield f"job {key}: expected running={want['running']} at the end, got {running}"
+
+
+def check_released_together(
+    key: str, bindings: Sequence[Mapping[str, Any]], times: Sequence[float]
+) -> Iterator[str]:
+    if not times:
+        yield f"job {key}: expected a whole-gang eviction, but it was never evicted"
+    for t in times:
+        held = [b for b in bindings if b["bound_s"] < t and (b["released_s"] or math.inf) >= t]
+        late = sorted(b["name"] for b in held if b["released_s"] != t)
+        if late:
+            yield f"job {key}: evicted at {t}s but {late} were not released with it"
+
+
+def check_eviction_bound(outcome: Outcome, most: int) -> Iterator[str]:
+    """No job is evicted more than `most` times (no evict/re-admit loop)."""
+    for key in outcome.jobs:
+        times = eviction_times(outcome, key)
+        if len(times) > most:
+            yield f"job {key}: evicted {len(times)} times (at most {most} expected): {times}"
 
 
 def check_job_nodes(outcome: Outcome, key: str, want: Mapping[str, Any]) -> Iterator[str]:
@@ -366,6 +427,8 @@ def check(outcome: Outcome, expect: Mapping[str, Any]) -> list[str]:
     problems += check_device_pairs(outcome, expect.get("shared_device") or [], same=True)
     problems += check_device_pairs(outcome, expect.get("different_devices") or [], same=False)
     problems += check_shared_domains(outcome, expect.get("pods_share_domain") or [])
+    if "evictions_max" in expect:
+        problems += check_eviction_bound(outcome, int(expect["evictions_max"]))
     return problems
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from kai_ray.decisions.allocate import AllocateAction
 from kai_ray.decisions.cycle import (
     ActionRegistry,
     CycleContext,
@@ -148,9 +149,17 @@ def test_an_unknown_action_name_is_an_error_naming_the_field() -> None:
         _cycle([], [], [], config)
 
 
-def test_planned_actions_not_built_yet_are_skipped_with_a_note() -> None:
-    result = _cycle([], [], [])
+def test_a_default_action_missing_from_a_custom_registry_is_skipped_with_a_note() -> None:
+    registry = ActionRegistry()
+    registry.register(AllocateAction())
+    objects = ClusterObjects(queues=[q.build() for q in _two_teams()])
+    result = run_cycle(build_snapshot(objects), SchedulerConfig(), 1, 0.0, registry=registry)
     assert "action 'reclaim' is not built yet; skipped" in result.plan.notes
+
+
+def test_every_default_action_is_built_in() -> None:
+    result = _cycle([], [], [])
+    assert not any("not built yet" in note for note in result.plan.notes)
 
 
 def test_a_registry_decides_which_actions_exist() -> None:

@@ -1,0 +1,220 @@
+"""The consolidate action: move running gangs so that a waiting gang fits.
+
+For each gang still waiting for its minimum after the actions before this one
+(higher priority first, then older):
+1. it must pass admission as allocate judges it (limits; quota for
+   non-preemptible work) and fit the free resources of the schedulable nodes
+   in total, yet not fit on any set of nodes as they are: fragmentation, not
+   shortage (taking resources back is reclaim's and preempt's business);
+2. the movable gangs: this scheduler's, running whole (at least their minimum
+   bound), of any queue, preemptible, untouched by this cycle so far; ordered by the free GPUs
+   of the emptiest node they sit on (moving them empties whole nodes first),
+   then the smaller first;
+3. inside the transaction, release the first k movable gangs (k = 1 up to
+   `consolidationMaxJobs`), place the waiting gang's minimum, then re-place
+   every released pod (minimum first, then the rest); the first k for which all
+   of that holds wins, less any gang that landed back where it was;
+4. the moves stay in the cycle's transaction (`Transaction.evict`, then the new
+   placements), so later actions see them; any failure is reverted.
+A moved pod is `Evict(reason "consolidation")` plus a `Bind` of the same pod to
+its new node in the same plan: whoever applies the plan releases the pod, then
+binds it again (evictions are applied before binds). A pod is never evicted
+here unless it is re-placed. Off with `placementStrategy: spread` (packing
+fights spreading) and with `consolidationMaxJobs: 0`. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kai_ray.decisions.admission import (
+    is_preemptible,
+    refusal,
+    typed_gpus,
+    typed_keys,
+    typed_limit_refusal,
+)
+from kai_ray.decisions.allocate import missing_minimum, total
+from kai_ray.decisions.ordering import group_priority
+from kai_ray.decisions.placement import place_extras, place_gang
+from kai_ray.decisions.plan import Evict, GroupStatus
+from kai_ray.decisions.transaction import Placement, Transaction
+from kai_ray.state.devices import EPSILON
+from kai_ray.state.groups import PodGroupState
+from kai_ray.state.pod_states import PodState
+from kai_ray.values.config import SchedulerConfigSpec
+from kai_ray.values.resources import GPU, Resources
+
+if TYPE_CHECKING:
+    from kai_ray.decisions.cycle import CycleContext
+
+CONSOLIDATION = "consolidation"
+
+
+class ConsolidateAction:
+    name = "consolidate"
+
+    def run(self, ctx: CycleContext) -> None:
+        if ctx.config.consolidationMaxJobs == 0 or ctx.config.placementStrategy == "spread":
+            return
+        for group in waiting_gangs(ctx):
+            mark = ctx.transaction.checkpoint()
+            moved = consolidation_for(ctx, group)
+            if moved is not None:
+                _adopt(ctx, group, moved, mark)
+
+
+def waiting_gangs(ctx: CycleContext) -> list[PodGroupState]:
+    """Gangs whose minimum is still missing and that nothing placed this cycle."""
+    placed = ctx.transaction.placed
+    waiting = [g for g in ctx.snapshot.pod_groups.values() if _waits(g, placed)]
+    return sorted(waiting, key=lambda g: (-group_priority(g), g.creation_timestamp, g.key))
+
+
+def _waits(group: PodGroupState, placed: dict[str, Placement]) -> bool:
+    live = group.live_pods()
+    bound = sum(1 for pod in live if pod.node is not None)
+    untouched = not any(pod.key in placed for pod in live)
+    return untouched and bound < group.spec.minMember <= len(live)
+
+
+def consolidation_for(ctx: CycleContext, group: PodGroupState) -> list[PodGroupState] | None:
+    """The gangs to move so that `group` fits, with the moves left in the transaction;
+    None (and the transaction as it was) when no move within the bound does it."""
+    request = total(missing_minimum(group))
+    preemptible = is_preemptible(group, group_priority(group))
+    if refusal(ctx.ledger, group, request, preemptible) or not fits_in_total(ctx, request):
+        return None
+    mark = ctx.transaction.checkpoint()
+    if attempt(ctx, group, ()):
+        ctx.transaction.revert(mark)
+        return None  # it fits as things are: not a matter of fragmentation
+    movable = movable_gangs(ctx, group)
+    for count in range(1, min(ctx.config.consolidationMaxJobs, len(movable)) + 1):
+        if attempt(ctx, group, movable[:count]):
+            return _without_stayers(ctx, group, movable[:count], mark)
+    return None
+
+
+def fits_in_total(ctx: CycleContext, request: Resources) -> bool:
+    """The request fits the free resources of the schedulable nodes added up."""
+    tx, snapshot = ctx.transaction, ctx.snapshot
+    free = np.where(snapshot.schedulable[:, None], np.maximum(tx.free, 0.0), 0.0).sum(axis=0)
+    return bool(np.all(snapshot.vector(request) <= free + EPSILON))
+
+
+def movable_gangs(ctx: CycleContext, target: PodGroupState) -> list[PodGroupState]:
+    """Running preemptible gangs this cycle has not touched, emptiest nodes first."""
+    evicted = {evict.pod for evict in ctx.plan.evictions}
+    touched = evicted | set(ctx.transaction.placed) | set(ctx.transaction.removed)
+    gangs = [
+        g
+        for g in ctx.snapshot.pod_groups.values()
+        if g.key != target.key and _movable(ctx, g, touched)
+    ]
+    free_gpus = ctx.transaction.free[:, ctx.snapshot.column(GPU)]
+
+    def order(gang: PodGroupState) -> tuple[float, float, str]:
+        nodes = [ctx.snapshot.node_index[pod.node or ""] for pod in bound_pods(gang)]
+        return (-float(free_gpus[nodes].max()), total(bound_pods(gang))[GPU], gang.key)
+
+    return sorted(gangs, key=order)
+
+
+def _movable(ctx: CycleContext, group: PodGroupState, touched: set[str]) -> bool:
+    bound = bound_pods(group)
+    ours = all(pod.scheduler == ctx.config.schedulerName for pod in group.live_pods())
+    known = ours and all(pod.node in ctx.snapshot.node_index for pod in bound)
+    whole = len(bound) >= max(group.spec.minMember, 1)
+    untouched = not any(pod.key in touched for pod in group.live_pods())
+    return known and whole and untouched and is_preemptible(group, group_priority(group))
+
+
+def bound_pods(group: PodGroupState) -> list[PodState]:
+    return [pod for pod in group.live_pods() if pod.node is not None]
+
+
+def attempt(ctx: CycleContext, target: PodGroupState, moved: Sequence[PodGroupState]) -> bool:
+    """Release `moved`, place the target's minimum, re-place every released pod; on
+    failure the transaction is put back as it was."""
+    tx = ctx.transaction
+    mark = tx.checkpoint()
+    for gang in moved:
+        for pod in bound_pods(gang):
+            tx.evict(pod, gang.key)
+    holds = place_gang(tx, target, ctx.config).admitted and all(
+        replace_gang(tx, gang, ctx.config) for gang in moved
+    )
+    if not holds:
+        tx.revert(mark)
+    return holds
+
+
+def replace_gang(tx: Transaction, gang: PodGroupState, config: SchedulerConfigSpec) -> bool:
+    """Every bound pod of `gang` placed again (its minimum together, then one by one)."""
+    view = as_pending(gang)
+    if not place_gang(tx, view, config).admitted:
+        return False
+    place_extras(tx, view, config)
+    return all(pod.key in tx.placed for pod in view.pods)
+
+
+def as_pending(gang: PodGroupState) -> PodGroupState:
+    """The gang as placement should see it once released: its bound pods waiting,
+    and nothing else (pods that were waiting anyway are not moved)."""
+    pods = tuple(dataclasses.replace(pod, node=None, devices=()) for pod in bound_pods(gang))
+    return dataclasses.replace(gang, pods=pods)
+
+
+def _without_stayers(
+    ctx: CycleContext, target: PodGroupState, moved: list[PodGroupState], mark: int
+) -> list[PodGroupState]:
+    """The gangs moved, less those that landed back where they were when the move
+    still holds without them; the transaction holds the move returned."""
+    kept = [gang for gang in moved if not _stayed(ctx.transaction, gang)]
+    if len(kept) == len(moved):
+        return moved
+    ctx.transaction.revert(mark)
+    if attempt(ctx, target, kept):
+        return kept
+    attempt(ctx, target, moved)  # held a moment ago, so it holds again
+    return moved
+
+
+def _stayed(tx: Transaction, gang: PodGroupState) -> bool:
+    for pod in bound_pods(gang):
+        bind = tx.placed[pod.key].bind
+        if (bind.node, bind.gpu_devices) != (pod.node, pod.devices):
+            return False
+    return True
+
+
+def _adopt(ctx: CycleContext, target: PodGroupState, moved: list[PodGroupState], mark: int) -> None:
+    """Book the target on its queue and evict the moved pods (their new binds are in
+    the transaction); a per-GPU-type limit the target would pass undoes it all."""
+    tx = ctx.transaction
+    placed = [p for p in tx.placements[mark:] if p.bind.group == target.key and not p.removal]
+    keys = typed_keys(ctx.snapshot.queues, target.queue)
+    labels = ctx.snapshot.labels
+    typed = typed_gpus(keys, [(labels[p.node], _held(tx, p)[GPU]) for p in placed])
+    if keys and typed_limit_refusal(ctx.ledger, target.queue, typed):
+        tx.revert(mark)
+        return
+    held = sum((_held(tx, p) for p in placed), Resources())
+    ctx.ledger.add(target.queue, held, is_preemptible(target, group_priority(target)))
+    ctx.ledger.add_typed(target.queue, typed)
+    for gang in moved:
+        moves = (Evict(pod.key, gang.key, CONSOLIDATION) for pod in bound_pods(gang))
+        ctx.plan.evictions.extend(moves)
+    ctx.plan.statuses.append(GroupStatus(target.key, True))
+    ctx.log.info("%s fits after moving %s", target.key, ", ".join(g.key for g in moved))
+
+
+def _held(tx: Transaction, placement: Placement) -> Resources:
+    """What a placement holds, a GPU share as a part of a GPU."""
+    pod = tx.snapshot.pods[placement.bind.pod]
+    return pod.requests + {GPU: placement.bind.gpu_fraction}

@@ -1,0 +1,82 @@
+"""The preempt action: inside one queue, higher priority evicts strictly lower priority.
+
+1. every group whose minimum is still missing after allocate (and reclaim)
+   is a candidate, taken in queue order, as allocate takes them;
+2. admission may refuse it: namespace, a limit (counted with the victims
+   gone, since they are in the same queue), non-preemptible over quota;
+3. its victims are running, preemptible gangs of the same leaf queue with a
+   strictly lower priority, not protected by `preemptMinRuntime`; elastic
+   extras go one by one before any whole gang (`victims.victim_units`);
+4. victims are chosen, evicted and the job placed through the one
+   transaction exactly as reclaim does (`reclaim.evict_to_fit`); the
+   evictions (reason `preempt`) and the job's binds go into the same plan.
+The queue's holdings do not grow by more than the free room the job also
+uses, so preemption never moves resources between queues. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kai_ray.decisions.admission import (
+    is_preemptible,
+    limit_refusal,
+    namespace_refusal,
+    quota_refusal,
+)
+from kai_ray.decisions.allocate import total
+from kai_ray.decisions.ordering import Candidate, take_next
+from kai_ray.decisions.reclaim import (
+    ask_to_wake,
+    evict_to_fit,
+    record,
+    running_units,
+    waiting_candidates,
+)
+from kai_ray.decisions.runtime import Protection, RuntimeField
+from kai_ray.decisions.victims import Budget, VictimUnit
+from kai_ray.values.resources import Resources
+
+if TYPE_CHECKING:
+    from kai_ray.decisions.cycle import CycleContext
+
+
+def preempt_refusal(
+    ctx: CycleContext, candidate: Candidate, victims: list[VictimUnit]
+) -> str | None:
+    """Why the job may not take the victims' place, or None."""
+    group, ledger = candidate.group, ctx.ledger
+    freed = Resources()
+    for unit in victims:
+        freed = freed + total(unit.pods)
+    refused = namespace_refusal(ledger.tree[group.queue], group.namespace)
+    refused = refused or limit_refusal(ledger, group.queue, candidate.request - freed)
+    if refused is None and not is_preemptible(group, candidate.priority):
+        refused = quota_refusal(ledger, group.queue, candidate.request)
+    return refused
+
+
+class PreemptAction:
+    name = "preempt"
+    which: RuntimeField = "preemptMinRuntime"
+
+    def run(self, ctx: CycleContext) -> None:
+        waiting = waiting_candidates(ctx)
+        while (candidate := take_next(ctx.ledger, waiting)) is not None:
+            self.attempt(ctx, candidate)
+
+    def attempt(self, ctx: CycleContext, candidate: Candidate) -> None:
+        queue, priority = candidate.queue, candidate.priority
+        protection = Protection(ctx.snapshot.queues, self.which, ctx.now)
+        units = running_units(ctx, lambda g, p: g.queue == queue and p < priority, protection)
+        if not units or preempt_refusal(ctx, candidate, units):
+            ask_to_wake(ctx, protection)
+            return
+        mark = ctx.transaction.checkpoint()
+        victims = evict_to_fit(ctx, candidate.group, units, Budget)
+        if victims is None:
+            ask_to_wake(ctx, protection)
+        elif preempt_refusal(ctx, candidate, victims):
+            ctx.transaction.revert(mark)
+        else:
+            record(ctx, candidate, victims, self.name)

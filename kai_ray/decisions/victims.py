@@ -1,0 +1,236 @@
+"""Victim selection: which running work to evict so that one waiting job fits.
+
+Pure functions over values; issuing the evictions is the actions' business.
+1. `victim_units` cuts running groups into units: each elastic member above
+   the group's minimum is a unit of its own (newest first), the rest of the
+   group (its minimum core) is one unit; victims are whole gangs otherwise.
+2. `unit_order`: elastic extras before any whole gang; then fewest GPUs, then
+   lowest priority, then youngest.
+3. `select_victims` is greedy and vectorised, never a search over subsets:
+   it counts how many of the job's pods fit on each allowed node now, then,
+   per node, the shortest prefix of that node's units (in unit order) that
+   makes the most pods fit there; nodes freed by elastic extras alone come
+   first, then nodes are taken cheapest first (GPUs the units give back on
+   that node per pod gained, then the lowest victim priority, then the
+   youngest victims) until enough pods fit. A `Budget` may refuse units
+   (reclaim's fairness rules); a node whose units it refuses is skipped whole.
+The count is an estimate (the job's pods are taken as `count` copies of their
+largest request; topology and devices are ignored): the caller verifies every
+selection with `place_gang` inside the transaction, and asks for more room when
+it does not hold. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from kai_ray.state.groups import PodGroupState
+from kai_ray.state.pod_states import PodState
+from kai_ray.values.resources import GPU
+
+Matrix = npt.NDArray[np.float64]
+Vector = npt.NDArray[np.float64]
+Flags = npt.NDArray[np.bool_]
+#: A vector per pod: what the pod holds on its node (`transaction.held_vector`).
+PodVector = Callable[[PodState], Vector]
+#: The row of the node a bound pod is on.
+NodeOf = Callable[[PodState], int]
+
+
+@dataclass(frozen=True)
+class VictimUnit:
+    """What is evicted together: a gang's core, or one elastic extra."""
+
+    group: PodGroupState
+    pods: tuple[PodState, ...]
+    priority: int
+    #: Sorts as time does; the younger unit goes first among equals.
+    started: str
+    extra: bool
+
+    @property
+    def gpus(self) -> float:
+        return sum(p.requests[GPU] + p.gpu_fraction for p in self.pods)
+
+    @property
+    def queue(self) -> str:
+        return self.group.queue
+
+    def label(self) -> str:
+        what = f"extra pod {self.pods[0].key} of" if self.extra else "gang"
+        return f"{what} {self.group.key}"
+
+
+@dataclass(frozen=True)
+class Need:
+    """The job's missing pods as `count` copies of `vector`, on the `allowed` nodes."""
+
+    vector: Vector
+    count: int
+    allowed: Flags
+    #: The GPU column of `vector`: a node's cost is the GPUs its victims give back there.
+    gpu_column: int
+
+
+class Budget:
+    """Refuses nothing; reclaim's fairness rules subclass it."""
+
+    def take(self, units: Sequence[VictimUnit]) -> bool:
+        """Whether all of `units` may go (and, if so, count them as gone)."""
+        return True
+
+
+def bound_pods(group: PodGroupState) -> list[PodState]:
+    """Live members on a node, oldest first."""
+    return [p for p in group.live_pods() if p.node is not None]
+
+
+def victim_units(group: PodGroupState, priority: int, started: str) -> list[VictimUnit]:
+    """Elastic extras one by one (newest first), then the minimum core as one unit.
+
+    An extra is a member above the group's `minMember` whose subgroup also
+    stays at or above its own `minMember` without it."""
+    bound = bound_pods(group)
+    if not bound:
+        return []
+    minimums = {s.name: s.minMember for s in group.spec.subGroups}
+    per_subgroup: dict[str | None, int] = {}
+    for pod in bound:
+        per_subgroup[pod.subgroup] = per_subgroup.get(pod.subgroup, 0) + 1
+    extras: list[PodState] = []
+    for pod in reversed(bound):
+        if len(bound) - len(extras) <= group.spec.minMember:
+            break
+        if per_subgroup[pod.subgroup] > minimums.get(pod.subgroup or "", 0):
+            per_subgroup[pod.subgroup] -= 1
+            extras.append(pod)
+    core = tuple(p for p in bound if p not in extras)
+    units = [VictimUnit(group, (pod,), priority, pod.creation_timestamp, True) for pod in extras]
+    return [*units, VictimUnit(group, core, priority, started, False)] if core else units
+
+
+def unit_order(unit: VictimUnit) -> tuple[object, ...]:
+    """Extras first; then fewest GPUs, lowest priority, youngest (latest start)."""
+    return (not unit.extra, unit.gpus, unit.priority, _descending(unit.started), unit.group.key)
+
+
+def _descending(text: str) -> tuple[int, ...]:
+    return tuple(-ord(c) for c in text)
+
+
+def pods_fitting(free: Matrix, vector: Vector) -> npt.NDArray[np.int64]:
+    """How many copies of `vector` fit in each row of `free` (rows may be negative)."""
+    asked = vector > 0
+    if not asked.any():
+        return np.full(free.shape[0], 1 << 30, dtype=np.int64)
+    ratios = np.floor(np.maximum(free[:, asked], 0.0) / vector[asked] + 1e-9)
+    fits: npt.NDArray[np.int64] = ratios.min(axis=1).astype(np.int64)
+    return fits
+
+
+@dataclass
+class _NodeOption:
+    node: int
+    units: list[VictimUnit]
+    gain: int
+    cost: float
+    #: The highest priority among the units: a node costing the same but holding
+    #: less important work goes first, then the one with the younger work.
+    priority: int
+    youngest: tuple[int, ...]
+    #: Whether a whole gang would go: nodes freed by elastic extras alone go first.
+    whole: bool
+
+
+def select_victims(
+    free: Matrix,
+    need: Need,
+    units: Sequence[VictimUnit],
+    pod_vector: PodVector,
+    node_of: NodeOf,
+    budget: Budget,
+) -> list[VictimUnit] | None:
+    """Units whose eviction should make room for `need.count` pods, or None when
+    the eligible units cannot make enough room. An empty list: it fits already."""
+    fits_now = np.where(need.allowed, pods_fitting(free, need.vector), 0)
+    missing = need.count - int(fits_now.sum())
+    if missing <= 0:
+        return []
+    by_node = _units_by_node(sorted(units, key=unit_order), need.allowed, node_of)
+    options: list[_NodeOption] = []
+    for node, on_node in by_node.items():
+        released = _released(on_node, node, pod_vector, node_of, free.shape[1])
+        fits = int(fits_now[node])
+        option = _node_option(free[node], need, on_node, released, (fits, missing), node)
+        if option is not None:
+            options.append(option)
+    options.sort(key=lambda o: (o.whole, o.cost / o.gain, o.priority, o.youngest, o.node))
+    return _take_options(options, missing, budget)
+
+
+def _units_by_node(
+    units: Iterable[VictimUnit], allowed: Flags, node_of: NodeOf
+) -> dict[int, list[VictimUnit]]:
+    """Every allowed node's units, in unit order (a unit on several nodes is listed on each)."""
+    by_node: dict[int, list[VictimUnit]] = {}
+    for unit in units:
+        for node in dict.fromkeys(node_of(pod) for pod in unit.pods):
+            if allowed[node]:
+                by_node.setdefault(node, []).append(unit)
+    return by_node
+
+
+def _released(
+    units: Sequence[VictimUnit], node: int, pod_vector: PodVector, node_of: NodeOf, width: int
+) -> Matrix:
+    """Row i: what unit i gives back on `node`."""
+    rows = np.zeros((len(units), width), dtype=np.float64)
+    for i, unit in enumerate(units):
+        for pod in unit.pods:
+            if node_of(pod) == node:
+                rows[i] += pod_vector(pod)
+    return rows
+
+
+def _node_option(
+    free: Vector,
+    need: Need,
+    units: list[VictimUnit],
+    released: Matrix,
+    fits_and_missing: tuple[int, int],
+    node: int,
+) -> _NodeOption | None:
+    """The shortest prefix of the node's units that makes the most pods fit there
+    (but never more than the job still misses)."""
+    fits_now, missing = fits_and_missing
+    fits = pods_fitting(free + np.cumsum(released, axis=0), need.vector)
+    best = min(int(fits.max()), fits_now + missing)
+    if best <= fits_now:
+        return None
+    length = int(np.argmax(fits >= best)) + 1
+    chosen = units[:length]
+    cost = float(released[:length, need.gpu_column].sum())
+    youngest = max(u.started for u in chosen)
+    priority = max(u.priority for u in chosen)
+    whole = any(not u.extra for u in chosen)
+    return _NodeOption(node, chosen, best - fits_now, cost, priority, _descending(youngest), whole)
+
+
+def _take_options(
+    options: list[_NodeOption], missing: int, budget: Budget
+) -> list[VictimUnit] | None:
+    chosen: dict[int, VictimUnit] = {}
+    gained = 0
+    for option in options:
+        new = [u for u in option.units if id(u) not in chosen]
+        if not budget.take(new):
+            continue
+        chosen.update((id(u), u) for u in new)
+        gained += option.gain
+        if gained >= missing:
+            return list(chosen.values())
+    return None

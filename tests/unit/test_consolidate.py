@@ -1,0 +1,209 @@
+"""The consolidate action through the whole cycle: when it moves gangs, which, and how."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from kai_ray.decisions.consolidate import CONSOLIDATION
+from kai_ray.decisions.cycle import CycleResult, run_cycle
+from kai_ray.state.snapshot import ClusterObjects, build_snapshot
+from kai_ray.values.config import SchedulerConfig
+from tests.builders import make_node, make_pod, make_pod_group, make_queue
+
+WITH_CONSOLIDATION = ["allocate", "consolidate"]
+
+
+@dataclass(frozen=True)
+class Gang:
+    """A gang of `len(nodes)` pods of `gpus` GPUs each; `nodes` None for waiting pods."""
+
+    name: str
+    gpus: int
+    nodes: Sequence[str | None]
+    priority: int = 0
+    queue: str = "team"
+    scheduler: str = "kai-ray"
+    min_member: int | None = None
+
+    def objects(self, created: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        minimum = len(self.nodes) if self.min_member is None else self.min_member
+        group = make_pod_group(self.name).queue(self.queue).min_member(minimum)
+        pods = []
+        for i, node in enumerate(self.nodes):
+            pod = make_pod(f"{self.name}-{i}").group(self.name).gpus(self.gpus)
+            pod = pod.priority(self.priority).scheduler(self.scheduler).created(created)
+            pods.append((pod.on(node).phase("Running") if node else pod).build())
+        return group.created(created).build(), pods
+
+
+@dataclass(frozen=True)
+class Case:
+    nodes: int
+    gangs: Sequence[Gang]
+    #: pod -> its new node, for every pod expected to move.
+    moves: dict[str, str] = field(default_factory=dict)
+    #: group -> node count it should be bound to (the waiting gang that fits).
+    admitted: Sequence[str] = ()
+    config: dict[str, Any] = field(default_factory=dict)
+    gpu_limit: int | None = None
+
+
+def run(case: Case) -> CycleResult:
+    groups, pods = [], []
+    for created, gang in enumerate(case.gangs):
+        group, members = gang.objects(created)
+        groups.append(group)
+        pods.extend(members)
+    team = make_queue("team").gpu(limit=case.gpu_limit) if case.gpu_limit else make_queue("team")
+    objects = ClusterObjects(
+        nodes=[make_node(f"n{i}").gpus(8).build() for i in range(case.nodes)],
+        queues=[team.build(), make_queue("other").build()],
+        pod_groups=groups,
+        pods=pods,
+    )
+    spec = {"actions": WITH_CONSOLIDATION, **case.config}
+    config = SchedulerConfig.model_validate({"spec": spec})
+    return run_cycle(build_snapshot(objects), config, 1, 100.0)
+
+
+def half_full(*names: str, gpus: int = 4) -> list[Gang]:
+    """One running gang of one pod per node n0, n1, ... ."""
+    return [Gang(name, gpus, [f"n{i}"]) for i, name in enumerate(names)]
+
+
+CASES = [
+    pytest.param(
+        Case(2, [*half_full("a", "b"), Gang("big", 8, [None])], {"a-0": "n1"}, ["big"]),
+        id="an 8-GPU pod fits once a 4-GPU job moves off a half-full node",
+    ),
+    pytest.param(
+        Case(2, [*half_full("a", "b", gpus=6), Gang("big", 8, [None])]),
+        id="nothing moves when the waiting gang does not fit the free GPUs in total",
+    ),
+    pytest.param(
+        Case(3, [*half_full("a", "b"), Gang("big", 8, [None])], admitted=["big"]),
+        id="nothing moves when the waiting gang fits as things are",
+    ),
+    pytest.param(
+        Case(
+            2,
+            [
+                Gang("a", 4, ["n0"], priority=100),
+                Gang("b", 4, ["n1"], priority=100),
+                Gang("big", 8, [None]),
+            ],
+        ),
+        id="non-preemptible running gangs are never moved",
+    ),
+    pytest.param(
+        Case(
+            2,
+            [
+                Gang("a", 4, ["n0"], scheduler="default-scheduler"),
+                Gang("b", 4, ["n1"], scheduler="default-scheduler"),
+                Gang("big", 8, [None]),
+            ],
+        ),
+        id="another scheduler's pods are never moved",
+    ),
+    pytest.param(
+        Case(
+            2,
+            [*half_full("a", "b"), Gang("big", 8, [None])],
+            config={"placementStrategy": "spread"},
+        ),
+        id="the spread strategy turns consolidation off",
+    ),
+    pytest.param(
+        Case(2, [*half_full("a", "b"), Gang("big", 8, [None])], config={"consolidationMaxJobs": 0}),
+        id="consolidationMaxJobs 0 turns consolidation off",
+    ),
+    pytest.param(
+        Case(
+            2,
+            [
+                Gang("a", 2, ["n0"]),
+                Gang("b", 2, ["n0"]),
+                Gang("c", 2, ["n1"]),
+                Gang("d", 2, ["n1"]),
+                Gang("big", 8, [None]),
+            ],
+            config={"consolidationMaxJobs": 1},
+        ),
+        id="a consolidation that needs two jobs moved is not made with consolidationMaxJobs 1",
+    ),
+    pytest.param(
+        Case(
+            2,
+            [
+                Gang("a", 2, ["n0"]),
+                Gang("b", 2, ["n0"]),
+                Gang("c", 2, ["n1"]),
+                Gang("d", 2, ["n1"]),
+                Gang("big", 8, [None]),
+            ],
+            {"a-0": "n1", "b-0": "n1"},
+            ["big"],
+            config={"consolidationMaxJobs": 2},
+        ),
+        id="two 2-GPU jobs move together off one node with consolidationMaxJobs 2",
+    ),
+    pytest.param(
+        Case(
+            3,
+            [
+                Gang("pair", 2, ["n0", "n0"]),
+                Gang("b", 4, ["n1"], priority=100),
+                Gang("c", 4, ["n2"]),
+                Gang("f", 4, ["n2"]),
+                Gang("big", 8, [None]),
+            ],
+            {"pair-0": "n1", "pair-1": "n1"},
+            ["big"],
+        ),
+        id="a two-pod gang is moved whole, both pods evicted and bound again",
+    ),
+    pytest.param(
+        Case(2, [*half_full("a", "b"), Gang("big", 8, [None])], gpu_limit=8),
+        id="a waiting gang its queue limit refuses is not made room for",
+    ),
+    pytest.param(
+        Case(
+            2, [*half_full("a", "b"), Gang("big", 4, [None, None], min_member=2)], admitted=["big"]
+        ),
+        id="a gang whose pods fit on separate nodes is allocate's, not consolidation's",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_consolidation(case: Case) -> None:
+    result = run(case)
+    evicted = {e.pod.split("/")[1]: e.reason for e in result.plan.evictions}
+    assert set(evicted) == set(case.moves)
+    assert set(evicted.values()) <= {CONSOLIDATION}
+    bound = {b.pod.split("/")[1]: b.node for b in result.plan.binds}
+    for pod, node in case.moves.items():
+        assert bound[pod] == node, f"{pod} should be bound again on {node}"
+    admitted = {b.group.split("/")[1] for b in result.plan.binds} - {
+        p.split("-")[0] for p in case.moves
+    }
+    assert admitted == set(case.admitted)
+
+
+def test_the_moved_pods_and_the_waiting_gang_share_no_device() -> None:
+    result = run(Case(2, [*half_full("a", "b"), Gang("big", 8, [None])]))
+    places = [(b.node, d) for b in result.plan.binds for d in b.gpu_devices]
+    assert len(places) == len(set(places)) == 12
+
+
+def test_two_waiting_gangs_each_get_a_node_and_no_pod_moves_twice() -> None:
+    gangs = [*half_full("a", "b", "c", "d"), Gang("big", 8, [None]), Gang("big2", 8, [None])]
+    result = run(Case(4, gangs, config={"consolidationMaxJobs": 1}))
+    moved = [e.pod for e in result.plan.evictions]
+    assert len(moved) == len(set(moved)) == 2
+    assert {b.group for b in result.plan.binds} >= {"default/big", "default/big2"}
