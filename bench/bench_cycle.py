@@ -1,0 +1,96 @@
+"""Whole-cycle benchmark: pending single-GPU pods placed per second by `run_cycle`.
+
+Run: `.venv/bin/python -m bench.bench_cycle [--pods 10000] [--nodes 5000]`.
+Unlike bench_placement (which calls place_gang directly), this goes through the
+whole cycle: fair shares, queue order and admission for every job, placement,
+and the other actions of the default list. The baseline, measured in the same
+run on the same snapshot, is the simplest vectorised allocator: for each pod in
+age order, the first node whose free resources hold it (one numpy comparison
+over all nodes per pod), with no queues, topology or scoring. Not a test: it
+prints figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import resource
+import time
+from typing import Any
+
+import numpy as np
+
+from bench.bench_placement import nodes
+from kai_ray.decisions.cycle import run_cycle
+from kai_ray.state.snapshot import ClusterObjects, Snapshot, build_snapshot
+from kai_ray.values.clock import SIM_EPOCH_S
+from kai_ray.values.config import SchedulerConfig
+from tests.builders import make_pod, make_pod_group, make_queue
+
+QUEUES = 4
+
+
+def objects(pod_count: int, node_count: int) -> ClusterObjects:
+    queues = [make_queue("root").build()]
+    queues += [
+        make_queue(f"team-{i}").parent("root").gpu(quota=node_count * 2).build()
+        for i in range(QUEUES)
+    ]
+    pods: list[dict[str, Any]] = []
+    groups: list[dict[str, Any]] = []
+    for i in range(pod_count):
+        pods.append(
+            make_pod(f"p{i}").gpus(1).scheduler("kai-ray").group(f"g{i}").created(i % 3600).build()
+        )
+        groups.append(
+            make_pod_group(f"g{i}")
+            .queue(f"team-{i % QUEUES}")
+            .min_member(1)
+            .created(i % 3600)
+            .build()
+        )
+    return ClusterObjects(nodes=nodes(node_count), pods=pods, pod_groups=groups, queues=queues)
+
+
+def baseline_first_fit(snapshot: Snapshot) -> int:
+    free = snapshot.free.copy()
+    placed = 0
+    for pod in snapshot.pending_pods:
+        need = snapshot.vector(pod.requests)
+        fits = np.flatnonzero(np.all(free >= need, axis=1))
+        if len(fits):
+            free[fits[0]] -= need
+            placed += 1
+    return placed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pods", type=int, default=10_000)
+    parser.add_argument("--nodes", type=int, default=5_000)
+    args = parser.parse_args()
+    print(
+        f"machine: {platform.machine()}, {platform.python_version()}, "
+        f"{__import__('os').cpu_count()} CPUs"
+    )
+    start = time.perf_counter()
+    snapshot = build_snapshot(objects(args.pods, args.nodes))
+    built = time.perf_counter()
+    placed = baseline_first_fit(snapshot)
+    base = time.perf_counter()
+    result = run_cycle(snapshot, SchedulerConfig(), 1, SIM_EPOCH_S)
+    done = time.perf_counter()
+    cycle_rate = len(result.plan.binds) / (done - base)
+    base_rate = placed / (base - built)
+    print(f"snapshot: {args.nodes} nodes, {args.pods} pending pods built in {built - start:.2f} s")
+    print(f"baseline first fit: {placed} pods in {base - built:.2f} s = {base_rate:,.0f} pods/s")
+    print(
+        f"run_cycle: {len(result.plan.binds)} pods in {done - base:.2f} s = "
+        f"{cycle_rate:,.0f} pods/s ({cycle_rate / base_rate:.2f}x the baseline)"
+    )
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS: {rss:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
