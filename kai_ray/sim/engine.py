@@ -288,9 +288,9 @@ class Simulation:
         for job in touched:
             self._follow_gang(job, now)
         for status in result.plan.statuses:
-            job = self._live.get(status.group)
-            if job is not None and not job.running:
-                job.record.reason = status.reason
+            waiting = self._live.get(status.group)
+            if waiting is not None and not waiting.running:
+                waiting.record.reason = status.reason
 
     def _follow_gang(self, job: _Job, now: float) -> None:
         """Start the job's clock when its gang is whole; stop it when the gang breaks."""

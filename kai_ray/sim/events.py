@@ -120,9 +120,13 @@ def check_events(
     by_name = {q.metadata.name: q for q in queues}
     known_nodes = {str((n.get("metadata") or {}).get("name")) for n in nodes}
     for event in events:
-        ref = ObjectRef("ClusterEvent", event.metadata.name, source=sources.get(event.metadata.name))
+        ref = ObjectRef(
+            "ClusterEvent", event.metadata.name, source=sources.get(event.metadata.name)
+        )
         spec = event.spec
-        missing = [n for n in [*spec.nodes, *([spec.node] if spec.node else [])] if n not in known_nodes]
+        missing = [
+            n for n in [*spec.nodes, *([spec.node] if spec.node else [])] if n not in known_nodes
+        ]
         if missing:
             raise InvalidObjectError([Problem(ref, "spec.nodes", f"no node named {missing[0]!r}")])
         if spec.selector and not selected_nodes(spec, nodes):
@@ -139,4 +143,6 @@ def _check_queue_patch(ref: ObjectRef, spec: ClusterEventSpec, queues: Mapping[s
         patched_queue(queue, spec.patch, ref.source)
     except InvalidObjectError as err:
         first = err.problems[0]
-        raise InvalidObjectError([Problem(ref, f"spec.patch: {first.field}", first.message)]) from None
+        raise InvalidObjectError(
+            [Problem(ref, f"spec.patch: {first.field}", first.message)]
+        ) from None

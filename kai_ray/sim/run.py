@@ -19,13 +19,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kai_ray.sim.engine import Simulation
+from kai_ray.sim.job_trace import trace_documents
 from kai_ray.sim.loader import Document, iter_documents, load_documents
 from kai_ray.sim.overrides import apply_overrides, parse_set, parse_sweep, variants
 from kai_ray.sim.report import build_report
 from kai_ray.sim.summary import gpu_quotas
 from kai_ray.sim.sweep import VariantResult, check_variants, run_sweep
 from kai_ray.sim.tables import print_summary, print_sweep
-from kai_ray.sim.trace import trace_documents
 from kai_ray.values.config import duration_seconds
 from kai_ray.values.errors import InvalidObjectError, ObjectRef, Problem
 
@@ -45,7 +45,9 @@ class Options:
     sweeps: Sequence[str] = ()
     ray: bool = True
     ray_address: str | None = None
-    console: Console = field(default_factory=lambda: Console(width=None if sys.stdout.isatty() else 150))
+    console: Console = field(
+        default_factory=lambda: Console(width=None if sys.stdout.isatty() else 150)
+    )
 
 
 def parse_until(text: str | None) -> float | None:
@@ -66,8 +68,8 @@ def read_documents(inputs: Sequence[Path], traces: Sequence[Path] = ()) -> list[
     """The input files' documents, then one Job per trace row (a bare topology level
     in a trace names the input's only Topology)."""
     documents = list(iter_documents(inputs))
-    topologies = [d.raw.get("metadata", {}).get("name") for d in documents if d.raw.get("kind") == "Topology"]
-    default = str(topologies[0]) if len(topologies) == 1 else None
+    topologies = [d.ref.name for d in documents if d.raw.get("kind") == "Topology"]
+    default = topologies[0] if len(topologies) == 1 else None
     for trace in traces:
         documents.extend(trace_documents(trace, default))
     return documents

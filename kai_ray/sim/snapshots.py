@@ -142,7 +142,9 @@ class SnapshotBuilder:
             labels=labels,
             taints=tuple(n.taints for n in nodes),
             gpu_devices=gpus.devices,
-            gpu_memory_mib=_read_only(np.array([n.gpu_memory_mib for n in nodes], dtype=np.float64)),
+            gpu_memory_mib=_read_only(
+                np.array([n.gpu_memory_mib for n in nodes], dtype=np.float64)
+            ),
             topologies=topologies,
             queues=queues,
             pod_groups=pod_groups,

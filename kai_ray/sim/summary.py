@@ -68,7 +68,9 @@ def queue_rows(report: Report, quotas: Mapping[str, float | None]) -> list[Queue
     for job in report["jobs"]:
         for queue in queue_path(parents, job["queue"]):
             jobs_of.setdefault(queue, []).append(job)
-    return [_row(q, quotas.get(q["name"]), jobs_of.get(q["name"], []), end) for q in report["queues"]]
+    return [
+        _row(q, quotas.get(q["name"]), jobs_of.get(q["name"], []), end) for q in report["queues"]
+    ]
 
 
 def _row(

@@ -31,7 +31,7 @@ def run_on_ray(
 
     _start(ray, address)
     try:
-        documents_ref = ray.put(list(documents))
+        documents_ref: Any = ray.put(list(documents))
         task = ray.remote(num_cpus=1)(run_variant)
         refs = [task.remote(documents_ref, variant, until) for variant in variants]
         return _gather(ray, refs, names, on_done)
@@ -50,7 +50,9 @@ def _start(ray: Any, address: str | None) -> None:
     )
 
 
-def _gather(ray: Any, refs: list[Any], names: Sequence[str], on_done: OnDone | None) -> list[Report]:
+def _gather(
+    ray: Any, refs: list[Any], names: Sequence[str], on_done: OnDone | None
+) -> list[Report]:
     """Results in the order of `refs`, reporting each as it finishes."""
     index = {ref: i for i, ref in enumerate(refs)}
     waiting = list(refs)

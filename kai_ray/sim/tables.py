@@ -54,7 +54,16 @@ def jobs_table(report: Mapping[str, Any]) -> Table:
 
 def queues_table(report: Mapping[str, Any], quotas: Mapping[str, float | None]) -> Table:
     table = Table(title="Queues (GPUs; means over the run)", title_justify="left")
-    columns = ("queue", "quota", "fair share", "allocated", "GPU-hours", "jobs done", "wait p50", "wait p95")
+    columns = (
+        "queue",
+        "quota",
+        "fair share",
+        "allocated",
+        "GPU-hours",
+        "jobs done",
+        "wait p50",
+        "wait p95",
+    )
     for column in columns:
         table.add_column(column, justify="left" if column == "queue" else "right")
     for row in queue_rows(report, quotas):
@@ -100,7 +109,7 @@ def print_sweep(
     for column in ("variant", "utilisation", "jobs done", "wait p50", "wait p95", "evictions"):
         table.add_column(column, justify="left" if column == "variant" else "right")
     for leaf in leaves:
-        table.add_column(f"{leaf} alloc", justify="right")
+        table.add_column(f"{leaf}\nGPUs / wait p50", justify="right")
     for result in results:
         summary = result.report["summary"]
         rows = {r.name: r for r in queue_rows(result.report, quotas)}
@@ -111,7 +120,10 @@ def print_sweep(
             _seconds(summary["wait_s"]["p50"]),
             _seconds(summary["wait_s"]["p95"]),
             str(summary["evictions"]),
-            *(_gpus(rows[leaf].allocated) for leaf in leaves),
+            *(
+                f"{_gpus(rows[leaf].allocated)} / {_seconds(rows[leaf].wait_p50)}"
+                for leaf in leaves
+            ),
         )
     console.print(table)
 

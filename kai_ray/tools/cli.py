@@ -41,15 +41,25 @@ def _simulate_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
     simulate.add_argument("--until", help="stop at this virtual time (e.g. 7d, 36h)")
     simulate.add_argument("--quiet", action="store_true", help="print no table, no progress")
     simulate.add_argument(
-        "--progress", choices=("auto", "always", "never"), default="auto",
+        "--progress",
+        choices=("auto", "always", "never"),
+        default="auto",
         help="progress bar: auto shows it on a terminal only",
     )
     simulate.add_argument(
-        "--set", action="append", default=[], metavar="PATH=VALUE", dest="sets",
+        "--set",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        dest="sets",
         help="override a field, e.g. Queue/team-b.spec.resources.gpu.overQuotaWeight=3",
     )
     simulate.add_argument(
-        "--sweep", action="append", default=[], metavar="PATH=V1,V2,...", dest="sweeps",
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="PATH=V1,V2,...",
+        dest="sweeps",
         help="run one variant per value (repeatable: the cartesian product), in parallel on Ray",
     )
     simulate.add_argument("--no-ray", action="store_true", help="run sweep variants in-process")
