@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from kai_ray.state.devices import GpuDevices, account_devices
 from kai_ray.state.groups import PodGroupState, build_pod_groups
-from kai_ray.state.nodes import Taint, read_nodes
+from kai_ray.state.nodes import NodeFacts, Taint, read_nodes
 from kai_ray.state.pod_states import PodState, read_pods
 from kai_ray.state.problems import object_ref, validation_problems
 from kai_ray.state.queues import QueueTree, build_queue_tree
@@ -130,24 +130,42 @@ def _build(objects: ClusterObjects, scheduler_name: str) -> Snapshot:
     # 1. Read every node and pod once; unreadable ones become problems.
     node_reading = read_nodes(objects.nodes)
     pod_reading = read_pods(objects.pods)
-    nodes = node_reading.nodes
     problems = [*node_reading.problems, *pod_reading.problems]
+    return assemble_snapshot(
+        objects, node_reading.nodes, pod_reading.pods, problems, scheduler_name
+    )
+
+
+NodeMatrices = Callable[[tuple[str, ...]], tuple[Matrix, Matrix]]
+
+
+def assemble_snapshot(
+    objects: ClusterObjects,
+    nodes: Sequence[NodeFacts],
+    read: Sequence[PodState],
+    problems: list[Problem],
+    scheduler_name: str,
+    node_matrices: NodeMatrices | None = None,
+) -> Snapshot:
+    """The snapshot from nodes and pods already read (by `build_snapshot`, or by a
+    builder that keeps readings between cycles and may lay out the node matrices
+    once per column set through `node_matrices`)."""
     node_index = MappingProxyType({node.name: i for i, node in enumerate(nodes)})
     # 2. One column per resource any node offers or any pod asks for.
     names = resource_columns(
         [*(n.capacity for n in nodes), *(n.allocatable for n in nodes)],
-        [p.requests for p in pod_reading.pods],
+        [p.requests for p in read],
     )
-    allocatable = _matrix([n.allocatable for n in nodes], names)
+    capacity, allocatable = (node_matrices or _node_matrices(nodes))(names)
     # 3. Bound GPU pods onto devices, then every bound pod onto its node.
     gpus = account_devices(
         [int(np.floor(count)) for count in allocatable[:, names.index(GPU)]],
         [n.gpu_memory_mib for n in nodes],
         node_index,
-        [p for p in pod_reading.pods if p.uses_gpu and _counted(p, node_index)],
+        [p for p in read if p.uses_gpu and _counted(p, node_index)],
     )
     problems.extend(gpus.problems)
-    pods = [gpus.pods.get(pod.key, pod) for pod in pod_reading.pods]
+    pods = [gpus.pods.get(pod.key, pod) for pod in read]
     used = _used(pods, node_index, names)
     free = _read_only(allocatable - used)
     ready = _flags(n.ready for n in nodes)
@@ -161,7 +179,7 @@ def _build(objects: ClusterObjects, scheduler_name: str) -> Snapshot:
         resource_names=names,
         node_names=tuple(n.name for n in nodes),
         node_index=node_index,
-        capacity=_matrix([n.capacity for n in nodes], names),
+        capacity=capacity,
         allocatable=allocatable,
         used=used,
         free=free,
@@ -178,6 +196,15 @@ def _build(objects: ClusterObjects, scheduler_name: str) -> Snapshot:
         pending_pods=_pending(pods, scheduler_name),
         problems=tuple([*problems, *queue_problems, *group_problems]),
     )
+
+
+def _node_matrices(nodes: Sequence[NodeFacts]) -> NodeMatrices:
+    def layout(names: tuple[str, ...]) -> tuple[Matrix, Matrix]:
+        return _matrix([n.capacity for n in nodes], names), _matrix(
+            [n.allocatable for n in nodes], names
+        )
+
+    return layout
 
 
 def resource_columns(
