@@ -36,7 +36,7 @@ from kai_ray.decisions.plan import GroupStatus
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
-from kai_ray.values.resources import GPU, Resources
+from kai_ray.values.resources import GPU, Resources, add_into
 
 if TYPE_CHECKING:
     from kai_ray.decisions.cycle import CycleContext
@@ -54,10 +54,11 @@ def missing_minimum(group: PodGroupState) -> list[PodState]:
 
 
 def total(pods: Sequence[PodState]) -> Resources:
-    amount = Resources()
+    """The pods' requests summed (in pod order) into one vector."""
+    amounts: dict[str, float] = {}
     for pod in pods:
-        amount = amount + pod.effective_requests
-    return amount
+        add_into(amounts, pod.effective_requests)
+    return Resources.from_canonical(amounts)
 
 
 class AllocateAction:

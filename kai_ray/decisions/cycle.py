@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,11 +31,12 @@ from kai_ray.decisions.reclaim import ReclaimAction
 from kai_ray.decisions.stale import StaleGangEvictionAction
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.decisions.usage import UsageState, advance_usage, usage_from_queues
+from kai_ray.state.groups import PodGroupState
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.config import DEFAULT_ACTIONS, SchedulerConfig, SchedulerConfigSpec
 from kai_ray.values.config import duration_seconds as seconds
 from kai_ray.values.errors import InvalidObjectError, ObjectRef, Problem
-from kai_ray.values.resources import GPU, Resources
+from kai_ray.values.resources import GPU, Resources, add_into
 
 LOG = logging.getLogger("kai_ray.cycle")
 
@@ -139,11 +140,13 @@ class CycleResult:
 
 def leaf_requests(snapshot: Snapshot) -> dict[str, Resources]:
     """What each leaf queue's live pods ask for, bound or pending."""
-    totals: dict[str, Resources] = {}
+    # Summed into plain dicts in pod order (the same floats as adding vectors
+    # one by one), then made into one vector per queue: far fewer objects.
+    totals: dict[str, dict[str, float]] = {}
     for group in snapshot.pod_groups.values():
         for pod in group.live_pods():
-            totals[group.queue] = totals.get(group.queue, Resources()) + pod.effective_requests
-    return totals
+            add_into(totals.setdefault(group.queue, {}), pod.effective_requests)
+    return {queue: Resources.from_canonical(amounts) for queue, amounts in totals.items()}
 
 
 def cluster_capacity(snapshot: Snapshot, scheduler_name: str) -> Resources:
@@ -158,20 +161,64 @@ def cluster_capacity(snapshot: Snapshot, scheduler_name: str) -> Resources:
     return total
 
 
+#: The empty vector, shared (vectors are immutable).
+NOTHING = Resources()
+
+
 def held_ledger(snapshot: Snapshot, shares: Mapping[str, Resources]) -> QueueLedger:
     """What every queue holds at the start of the cycle (bound live pods), GPUs
     of the types its queues limit included."""
     ledger = QueueLedger(snapshot.queues, shares)
+    sums = _HeldSums()
     for group in snapshot.pod_groups.values():
         preemptible = is_preemptible(group, group_priority(group))
         keys = typed_keys(snapshot.queues, group.queue)
-        for pod in group.live_pods():
-            node = snapshot.node_index.get(pod.node or "")
-            if node is not None:
-                ledger.add(group.queue, pod.effective_requests, preemptible)
-                gpus = pod.effective_requests[GPU]
-                ledger.add_typed(group.queue, typed_gpus(keys, [(snapshot.labels[node], gpus)]))
+        path = ledger.path(group.queue)
+        for requests, labels in _bound_requests(snapshot, group):
+            # No typed limit above the queue: the typed tally is empty for every pod.
+            typed = typed_gpus(keys, [(labels, requests[GPU])]) if keys else NOTHING
+            sums.add(path, requests, typed, preemptible)
+    sums.fill(ledger)
     return ledger
+
+
+def _bound_requests(
+    snapshot: Snapshot, group: PodGroupState
+) -> Iterator[tuple[Resources, Mapping[str, str]]]:
+    """What each live pod of the group bound to a known node asks, with that node's labels."""
+    for pod in group.live_pods():
+        node = snapshot.node_index.get(pod.node or "")
+        if node is not None:
+            yield pod.effective_requests, snapshot.labels[node]
+
+
+@dataclass
+class _HeldSums:
+    """The ledger's three tallies as plain dicts, added in the order `QueueLedger.add`
+    would (so the floats are identical) and made into vectors once, in `fill`."""
+
+    allocated: dict[str, dict[str, float]] = field(default_factory=dict)
+    non_preemptible: dict[str, dict[str, float]] = field(default_factory=dict)
+    typed: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def add(
+        self, path: tuple[str, ...], requests: Resources, typed: Resources, preemptible: bool
+    ) -> None:
+        for name in path:
+            add_into(self.allocated.setdefault(name, {}), requests)
+            if not preemptible:
+                add_into(self.non_preemptible.setdefault(name, {}), requests)
+        for name in path:
+            add_into(self.typed.setdefault(name, {}), typed)
+
+    def fill(self, ledger: QueueLedger) -> None:
+        ledger.allocated = _vectors(self.allocated)
+        ledger.non_preemptible = _vectors(self.non_preemptible)
+        ledger.typed = _vectors(self.typed)
+
+
+def _vectors(sums: dict[str, dict[str, float]]) -> dict[str, Resources]:
+    return {name: Resources.from_canonical(amounts) for name, amounts in sums.items()}
 
 
 def usage_until(

@@ -179,6 +179,10 @@ class WaitingJobs:
     def take(self, candidate: Candidate) -> None:
         self._by_queue[candidate.queue].remove(candidate)
 
+    def empty(self) -> bool:
+        """True when no queue has a job left to try."""
+        return not any(self._by_queue.values())
+
 
 def next_candidate(ledger: QueueLedger, waiting: WaitingJobs) -> Candidate | None:
     """The job to try next: down from the roots, best sibling at each level."""

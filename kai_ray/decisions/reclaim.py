@@ -58,7 +58,7 @@ from kai_ray.decisions.victims import (
 )
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
-from kai_ray.values.resources import GPU, Resources
+from kai_ray.values.resources import GPU, Resources, add_into
 
 if TYPE_CHECKING:
     from kai_ray.decisions.cycle import CycleContext
@@ -84,10 +84,12 @@ def below(ledger: QueueLedger, leaf: str, ancestor: str | None) -> tuple[str, ..
 
 def contested_resources(groups: Mapping[str, PodGroupState], capacity: Resources) -> set[str]:
     """Resources the live pods of all queues, bound or pending, ask more of than there is."""
-    asked = Resources()
+    # Each group's total is summed first, then added: the order the floats always had.
+    asked: dict[str, float] = {}
     for group in groups.values():
-        asked = asked + total(group.live_pods())
-    return {r for r, amount in asked.items() if amount > capacity[r] + EPSILON}
+        add_into(asked, total(group.live_pods()))
+    summed = Resources.from_canonical(asked)  # drops zeros, as the vector sum did
+    return {r for r, amount in summed.items() if amount > capacity[r] + EPSILON}
 
 
 class FairShareBudget(Budget):
@@ -287,6 +289,8 @@ class ReclaimAction:
 
     def run(self, ctx: CycleContext) -> None:
         waiting = waiting_candidates(ctx)
+        if waiting.empty():
+            return  # no job to reclaim for: skip summing every live pod
         contested = contested_resources(ctx.snapshot.pod_groups, ctx.capacity)
         while (candidate := take_next(ctx.ledger, waiting)) is not None:
             self.attempt(ctx, candidate, contested)

@@ -10,7 +10,7 @@ parser (a pure function; no client is created). Pure: no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -93,6 +93,14 @@ class Resources(Mapping[str, float]):
         self._amounts = {k: v for k, v in cleaned.items() if v != 0.0}
 
     @classmethod
+    def from_canonical(cls, amounts: dict[str, float]) -> Resources:
+        """A vector from float amounts already keyed by Kubernetes name (another
+        vector's keys, say): skips canonicalising, the hot path of every sum."""
+        vector = cls.__new__(cls)
+        vector._amounts = {k: v for k, v in amounts.items() if v != 0.0}
+        return vector
+
+    @classmethod
     def parse(cls, quantities: Mapping[str, Any] | None, field: str) -> Resources:
         """Parse a Kubernetes `requests`/`capacity` map; errors name `field.<resource>`."""
         if quantities is None:
@@ -108,7 +116,20 @@ class Resources(Mapping[str, float]):
         return cls({CPU: cpu, MEMORY: memory, GPU: gpu, **extended})
 
     def __getitem__(self, name: str) -> float:
+        amount = self._amounts.get(name)
+        if amount is not None:  # stored keys are canonical: no alias lookup needed
+            return amount
         return self._amounts.get(canonical_name(name), 0.0)
+
+    def get(self, key: str, default: object = None) -> float:
+        """Missing names are zero, whatever `default` says (as Mapping.get did here)."""
+        return self[key]
+
+    def items(self) -> ItemsView[str, float]:
+        return self._amounts.items()
+
+    def values(self) -> ValuesView[float]:
+        return self._amounts.values()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._amounts)
@@ -132,9 +153,13 @@ class Resources(Mapping[str, float]):
         return f"Resources({inner})"
 
     def __add__(self, other: Mapping[str, float]) -> Resources:
+        if isinstance(other, Resources):
+            return Resources.from_canonical(add_into(dict(self._amounts), other._amounts))
         return Resources({k: self[k] + other.get(k, 0.0) for k in _names(self, other)})
 
     def __sub__(self, other: Mapping[str, float]) -> Resources:
+        if isinstance(other, Resources):
+            return Resources.from_canonical(add_into(dict(self._amounts), other._amounts, -1.0))
         return Resources({k: self[k] - other.get(k, 0.0) for k in _names(self, other)})
 
     def scaled(self, factor: float) -> Resources:
@@ -156,6 +181,16 @@ class Resources(Mapping[str, float]):
         out = {name: self[name] for name in CORE}
         out.update(self._amounts)
         return out
+
+
+def add_into(
+    totals: dict[str, float], amounts: Mapping[str, float], sign: float = 1.0
+) -> dict[str, float]:
+    """Add (sign 1) or subtract (sign -1) canonical `amounts` into `totals` in place;
+    returns `totals`. Exact: `x - y` and `x + -1.0 * y` are the same float."""
+    for name, amount in amounts.items():
+        totals[name] = totals.get(name, 0.0) + sign * amount
+    return totals
 
 
 def _names(a: Iterable[str], b: Iterable[str]) -> set[str]:
