@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from kai_ray.tools.cli import main
+from tests.sim.inputs import gpu_pool_and_config
 
 GPU = "nvidia.com/gpu"
 
@@ -53,22 +54,7 @@ FAIR_SHARE = {
 
 
 def _cluster() -> list[dict[str, Any]]:
-    pool = {
-        "apiVersion": "sim.kai-ray.io/v1alpha1",
-        "kind": "NodePool",
-        "metadata": {"name": "gpu"},
-        "spec": {
-            "count": 8,
-            "namePrefix": "gpu",
-            "capacity": {"cpu": "64", "memory": "512Gi", GPU: 8, "pods": 110},
-        },
-    }
-    config = {
-        "apiVersion": "config.kai-ray.io/v1alpha1",
-        "kind": "SchedulerConfig",
-        "metadata": {"name": "default"},
-        "spec": {"cyclePeriod": "10s"},
-    }
+    pool, config = gpu_pool_and_config()
     return [pool, config]
 
 

@@ -18,6 +18,7 @@ import yaml
 from kai_ray.sim.engine import Simulation
 from kai_ray.sim.loader import load
 from kai_ray.sim.report import build_report
+from tests.sim.inputs import gpu_pool_and_config
 
 GPU = "nvidia.com/gpu"
 PERIOD = 10.0
@@ -53,22 +54,7 @@ def _job(name: str, queue: str, pods: int, gpus: int, submit: str, duration: str
 
 
 def _inputs(folder: Path) -> list[Path]:
-    pool = {
-        "apiVersion": "sim.kai-ray.io/v1alpha1",
-        "kind": "NodePool",
-        "metadata": {"name": "gpu"},
-        "spec": {
-            "count": 8,
-            "namePrefix": "gpu",
-            "capacity": {"cpu": "64", "memory": "512Gi", GPU: 8, "pods": 110},
-        },
-    }
-    config = {
-        "apiVersion": "config.kai-ray.io/v1alpha1",
-        "kind": "SchedulerConfig",
-        "metadata": {"name": "default"},
-        "spec": {"cyclePeriod": "10s"},
-    }
+    pool, config = gpu_pool_and_config()
     queues = [
         {
             "apiVersion": "scheduling.kai-ray.io/v1alpha1",
