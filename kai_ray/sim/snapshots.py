@@ -4,10 +4,11 @@
 each cycle, as the operator must (its cache changes under it). The simulator
 knows exactly when one of its objects changes, so `SnapshotBuilder` keeps what
 was read: nodes are read again only after `nodes_changed()`, a pod only after
-`pod_changed(key)`, and the node matrices are laid out once per set of resource
-columns. Everything after the reading (GPU devices, used and free, topology,
-queue and group trees) is the state layer's `assemble_snapshot`, the same code
-`build_snapshot` runs; a test holds the two builders to the same reports.
+`pod_changed(key)`. Everything after the reading (GPU devices, used and free,
+topology, queue and group trees) is the state layer's `assemble_snapshot`, the
+same code `build_snapshot` runs, handed one `SnapshotMemo` from build to build so
+that only what changed is worked out again; a test holds the two builders to the
+same reports.
 Pure: no I/O; it must not decide anything the state layer decides.
 """
 
@@ -16,16 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kai_ray.state.memo import SnapshotMemo
 from kai_ray.state.nodes import NodeReading, read_nodes
 from kai_ray.state.pod_states import PodState, read_pod
-from kai_ray.state.snapshot import (
-    ClusterObjects,
-    Matrix,
-    Snapshot,
-    _cyclic_gc_paused,
-    _matrix,
-    assemble_snapshot,
-)
+from kai_ray.state.snapshot import ClusterObjects, Snapshot, _cyclic_gc_paused, assemble_snapshot
 from kai_ray.values.errors import Problem
 from kai_ray.values.names import SCHEDULER_NAME
 from kai_ray.workloads.pods import pod_key
@@ -37,12 +32,11 @@ class SnapshotBuilder:
     def __init__(self, scheduler_name: str = SCHEDULER_NAME) -> None:
         self.scheduler_name = scheduler_name
         self._nodes: NodeReading | None = None
-        self._matrices: dict[tuple[str, ...], tuple[Matrix, Matrix]] = {}
+        self._memo = SnapshotMemo()
         self._pods: dict[str, tuple[PodState | None, list[Problem]]] = {}
 
     def nodes_changed(self) -> None:
         self._nodes = None
-        self._matrices.clear()
 
     def pod_changed(self, key: str) -> None:
         self._pods.pop(key, None)
@@ -77,15 +71,6 @@ class SnapshotBuilder:
             self._pods = {k: v for k, v in self._pods.items() if k in live}
         return states, problems
 
-    def _node_matrices(self, names: tuple[str, ...]) -> tuple[Matrix, Matrix]:
-        """Capacity and allocatable laid out in `names` order, once per column set."""
-        if names not in self._matrices:
-            nodes = self._nodes.nodes if self._nodes is not None else []
-            capacity = _matrix([n.capacity for n in nodes], names)
-            allocatable = _matrix([n.allocatable for n in nodes], names)
-            self._matrices[names] = (capacity, allocatable)
-        return self._matrices[names]
-
     def _assemble(
         self,
         objects: ClusterObjects,
@@ -94,5 +79,5 @@ class SnapshotBuilder:
         problems: list[Problem],
     ) -> Snapshot:
         return assemble_snapshot(
-            objects, reading.nodes, read, problems, self.scheduler_name, self._node_matrices
+            objects, reading.nodes, read, problems, self.scheduler_name, self._memo
         )

@@ -9,7 +9,7 @@ fullest shared device it fits on, else to the lowest free device. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,33 +91,30 @@ class _Ledger:
         return GpuDevices(free, shared)
 
 
-@dataclass
-class DeviceAccounting:
-    devices: tuple[GpuDevices, ...]
-    #: Bound GPU pods with their devices and resolved fraction, by key.
-    pods: dict[str, PodState]
-    problems: list[Problem]
+@dataclass(frozen=True)
+class NodeDevices:
+    """One node's accounting: its devices, its GPU pods with devices settled, the problems."""
+
+    devices: GpuDevices
+    pods: tuple[PodState, ...]
+    problems: tuple[Problem, ...]
 
 
-def account_devices(
-    device_counts: Sequence[int],
-    gpu_memory_mib: Sequence[float],
-    node_index: Mapping[str, int],
-    bound_gpu_pods: Sequence[PodState],
-) -> DeviceAccounting:
-    """Count every bound GPU pod onto devices: recorded ones first, then the rest in age order."""
-    ledgers = [_Ledger(count) for count in device_counts]
-    result = DeviceAccounting((), {}, [])
+def account_node(count: int, device_mib: float, bound_gpu_pods: Sequence[PodState]) -> NodeDevices:
+    """Count one node's bound GPU pods onto its `count` devices: recorded ones first,
+    then the rest in age order. Nodes are independent, so a build may keep the
+    result of a node whose pods did not change."""
+    ledger = _Ledger(count)
+    settled: dict[str, PodState] = {}
+    problems: list[Problem] = []
     unrecorded: list[PodState] = []
     for pod in bound_gpu_pods:
-        node = node_index[pod.node or ""]
-        pod = _resolve_fraction(pod, gpu_memory_mib[node], result.problems)
-        if not _take_recorded(ledgers[node], pod, result):
+        pod = _resolve_fraction(pod, device_mib, problems)
+        if not _take_recorded(ledger, pod, settled, problems):
             unrecorded.append(pod)
     for pod in sorted(unrecorded, key=lambda p: (p.creation_timestamp, p.key)):
-        _take_assigned(ledgers[node_index[pod.node or ""]], pod, result)
-    result.devices = tuple(ledger.frozen() for ledger in ledgers)
-    return result
+        _take_assigned(ledger, pod, settled, problems)
+    return NodeDevices(ledger.frozen(), tuple(settled.values()), tuple(problems))
 
 
 def _resolve_fraction(pod: PodState, device_mib: float, problems: list[Problem]) -> PodState:
@@ -148,12 +145,14 @@ def _resolve_fraction(pod: PodState, device_mib: float, problems: list[Problem])
     return pod.on_devices(pod.devices, min(fraction or 1.0, 1.0))
 
 
-def _take_recorded(ledger: _Ledger, pod: PodState, result: DeviceAccounting) -> bool:
+def _take_recorded(
+    ledger: _Ledger, pod: PodState, settled: dict[str, PodState], problems: list[Problem]
+) -> bool:
     if not pod.devices:
         return False
     why_not = ledger.recorded_fits(pod, pod.gpu_fraction)
     if why_not is not None:
-        result.problems.append(
+        problems.append(
             Problem(
                 pod.ref(),
                 annotation_field(GPU_DEVICES_ANNOTATION),
@@ -161,17 +160,19 @@ def _take_recorded(ledger: _Ledger, pod: PodState, result: DeviceAccounting) -> 
             )
         )
         return False
-    _commit(ledger, pod, pod.devices, result)
+    _commit(ledger, pod, pod.devices, settled)
     return True
 
 
-def _take_assigned(ledger: _Ledger, pod: PodState, result: DeviceAccounting) -> None:
+def _take_assigned(
+    ledger: _Ledger, pod: PodState, settled: dict[str, PodState], problems: list[Problem]
+) -> None:
     if pod.gpu_share:
         devices = ledger.fullest_fit(pod.gpu_fraction)
     else:
         devices = ledger.lowest_whole(int(pod.requests[GPU]))
     if devices is None:
-        result.problems.append(
+        problems.append(
             Problem(
                 pod.ref(),
                 "spec.nodeName",
@@ -179,12 +180,12 @@ def _take_assigned(ledger: _Ledger, pod: PodState, result: DeviceAccounting) -> 
             )
         )
         devices = ()
-    _commit(ledger, pod, devices, result)
+    _commit(ledger, pod, devices, settled)
 
 
 def _commit(
-    ledger: _Ledger, pod: PodState, devices: Sequence[int], result: DeviceAccounting
+    ledger: _Ledger, pod: PodState, devices: Sequence[int], settled: dict[str, PodState]
 ) -> None:
     share = pod.gpu_share is not None
     ledger.take(devices, pod.gpu_fraction if share else 1.0, share)
-    result.pods[pod.key] = pod.on_devices(tuple(devices), pod.gpu_fraction)
+    settled[pod.key] = pod.on_devices(tuple(devices), pod.gpu_fraction)

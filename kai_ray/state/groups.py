@@ -8,7 +8,7 @@ reported; so is a live pod naming a group that does not exist. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -36,6 +36,11 @@ class PodGroupState:
     creation_timestamp: str
     #: Members, terminal ones included (the lifecycle needs them), oldest first.
     pods: tuple[PodState, ...]
+    #: The members that are not terminal, in the same order.
+    live: tuple[PodState, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "live", tuple(pod for pod in self.pods if not pod.terminal))
 
     @property
     def queue(self) -> str:
@@ -45,7 +50,7 @@ class PodGroupState:
         return ObjectRef(POD_GROUP, self.name, self.namespace)
 
     def live_pods(self) -> tuple[PodState, ...]:
-        return tuple(pod for pod in self.pods if not pod.terminal)
+        return self.live
 
     def pods_of_subgroup(self, subgroup: str | None) -> tuple[PodState, ...]:
         return tuple(pod for pod in self.pods if pod.subgroup == subgroup)
@@ -59,10 +64,25 @@ class _Groups:
     problems: list[Problem] = field(default_factory=list)
 
 
+#: Validates one PodGroup object (by key); raises ValidationError.
+Validate = Callable[[str, Mapping[str, Any]], PodGroup]
+
+
+def _validate(key: str, obj: Mapping[str, Any]) -> PodGroup:
+    return PodGroup.model_validate(obj)
+
+
 def build_pod_groups(
-    objects: Sequence[Mapping[str, Any]], pods: Sequence[PodState], queues: QueueTree
+    objects: Sequence[Mapping[str, Any]],
+    pods: Sequence[PodState],
+    queues: QueueTree,
+    validate: Validate = _validate,
+    kept: dict[str, PodGroupState] | None = None,
 ) -> tuple[Mapping[str, PodGroupState], list[Problem]]:
-    groups = _validated_groups(objects, queues)
+    """The valid groups with their members. `validate` may answer from a cache, and
+    `kept` holds the states of an earlier build: one whose group and members are
+    the same objects is reused (and `kept` is refreshed)."""
+    groups = _validated_groups(objects, queues, validate)
     members: dict[str, list[PodState]] = {key: [] for key in groups.valid}
     for pod in pods:
         if pod.pod_group is None:
@@ -72,11 +92,16 @@ def build_pod_groups(
             members[key].append(pod)
         elif key not in groups.known and not pod.terminal:
             groups.problems.append(_orphan_problem(pod))
-    states = {key: _state(group, members[key]) for key, group in groups.valid.items()}
+    states = {key: _state(group, members[key], kept) for key, group in groups.valid.items()}
+    if kept is not None:
+        kept.clear()
+        kept.update(states)
     return MappingProxyType(states), groups.problems
 
 
-def _validated_groups(objects: Sequence[Mapping[str, Any]], queues: QueueTree) -> _Groups:
+def _validated_groups(
+    objects: Sequence[Mapping[str, Any]], queues: QueueTree, validate: Validate
+) -> _Groups:
     groups = _Groups()
     for obj in objects:
         ref = object_ref(obj, POD_GROUP)
@@ -86,7 +111,7 @@ def _validated_groups(objects: Sequence[Mapping[str, Any]], queues: QueueTree) -
             continue
         groups.known.add(key)
         try:
-            group = PodGroup.model_validate(obj)
+            group = validate(key, obj)
         except ValidationError as err:
             groups.problems.extend(validation_problems(ref, err))
             continue
@@ -118,10 +143,22 @@ def _orphan_problem(pod: PodState) -> Problem:
     )
 
 
-def _state(group: PodGroup, pods: list[PodState]) -> PodGroupState:
+def _state(
+    group: PodGroup, pods: list[PodState], kept: dict[str, PodGroupState] | None
+) -> PodGroupState:
     pods.sort(key=lambda pod: (pod.creation_timestamp, pod.name))
+    key = f"{group.metadata.namespace or 'default'}/{group.metadata.name}"
+    before = kept.get(key) if kept is not None else None
+    # The same validated model (spec and status objects) and the same members.
+    if (
+        before is not None
+        and before.spec is group.spec
+        and before.status is group.status
+        and before.pods == tuple(pods)
+    ):
+        return before
     return PodGroupState(
-        key=f"{group.metadata.namespace or 'default'}/{group.metadata.name}",
+        key=key,
         name=group.metadata.name,
         namespace=group.metadata.namespace or "default",
         spec=group.spec,

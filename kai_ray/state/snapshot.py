@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -21,14 +21,15 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import ValidationError
 
-from kai_ray.state.devices import GpuDevices, account_devices
+from kai_ray.state.devices import GpuDevices, account_node
 from kai_ray.state.groups import PodGroupState, build_pod_groups
+from kai_ray.state.memo import NodeAccount, SnapshotMemo
 from kai_ray.state.nodes import NodeFacts, Taint, read_nodes
 from kai_ray.state.pod_states import PodState, read_pods
 from kai_ray.state.problems import object_ref, validation_problems
 from kai_ray.state.queues import QueueTree, build_queue_tree
-from kai_ray.state.topology import TopologyTree, build_topology_tree
-from kai_ray.values.api import Topology
+from kai_ray.state.topology import TopologyTree, fill_topology_tree, topology_layout
+from kai_ray.values.api import PodGroup, Topology
 from kai_ray.values.errors import Problem
 from kai_ray.values.names import SCHEDULER_NAME
 from kai_ray.values.resources import CORE, GPU, Resources, canonical_name
@@ -136,45 +137,53 @@ def _build(objects: ClusterObjects, scheduler_name: str) -> Snapshot:
     )
 
 
-NodeMatrices = Callable[[tuple[str, ...]], tuple[Matrix, Matrix]]
-
-
 def assemble_snapshot(
     objects: ClusterObjects,
     nodes: Sequence[NodeFacts],
     read: Sequence[PodState],
     problems: list[Problem],
     scheduler_name: str,
-    node_matrices: NodeMatrices | None = None,
+    memo: SnapshotMemo | None = None,
 ) -> Snapshot:
     """The snapshot from nodes and pods already read (by `build_snapshot`, or by a
-    builder that keeps readings between cycles and may lay out the node matrices
-    once per column set through `node_matrices`)."""
+    builder that keeps readings between cycles and hands the same `memo` to each
+    build, so that what did not change is not worked out again)."""
+    memo = memo or SnapshotMemo()
+    memo.use_nodes(nodes)
     node_index = MappingProxyType({node.name: i for i, node in enumerate(nodes)})
     # 2. One column per resource any node offers or any pod asks for.
     names = resource_columns(
         [*(n.capacity for n in nodes), *(n.allocatable for n in nodes)],
         [p.requests for p in read],
     )
-    capacity, allocatable = (node_matrices or _node_matrices(nodes))(names)
-    # 3. Bound GPU pods onto devices, then every bound pod onto its node.
-    gpus = account_devices(
-        [int(np.floor(count)) for count in allocatable[:, names.index(GPU)]],
-        [n.gpu_memory_mib for n in nodes],
-        node_index,
-        [p for p in read if p.uses_gpu and _counted(p, node_index)],
+    capacity, allocatable = _node_matrices(memo, nodes, names)
+    # 3. Bound pods onto their nodes: GPU pods onto devices, requests into used.
+    accounts = _node_accounts(memo, nodes, allocatable, names, _counted_by_node(read, node_index))
+    devices = tuple(account.devices.devices for account in accounts)
+    settled = {pod.key: pod for account in accounts for pod in account.devices.pods}
+    problems.extend(problem for account in accounts for problem in account.devices.problems)
+    pods = [settled.get(pod.key, pod) for pod in read]
+    used = _read_only(
+        np.array([account.used for account in accounts], dtype=np.float64).reshape(
+            len(nodes), len(names)
+        )
     )
-    problems.extend(gpus.problems)
-    pods = [gpus.pods.get(pod.key, pod) for pod in read]
-    used = _used(pods, node_index, names)
     free = _read_only(allocatable - used)
     ready = _flags(n.ready for n in nodes)
     unschedulable = _flags(n.unschedulable for n in nodes)
     labels = tuple(n.labels for n in nodes)
     # 4. The trees and the groups.
     queues, queue_problems = build_queue_tree(objects.queues, objects.usage)
-    topologies = _topologies(objects.topologies, labels, free, ready & ~unschedulable, problems)
-    pod_groups, group_problems = build_pod_groups(objects.pod_groups, pods, queues)
+    available = ready & ~unschedulable
+    topologies = _topologies(memo, objects.topologies, labels, free, available, problems)
+    pod_groups, group_problems = build_pod_groups(
+        objects.pod_groups,
+        pods,
+        queues,
+        lambda key, obj: memo.pod_groups.get(key, obj, PodGroup.model_validate),
+        memo.group_states,
+    )
+    memo.pod_groups.keep_only(set(pod_groups))
     return Snapshot(
         resource_names=names,
         node_names=tuple(n.name for n in nodes),
@@ -187,7 +196,7 @@ def assemble_snapshot(
         unschedulable=unschedulable,
         labels=labels,
         taints=tuple(n.taints for n in nodes),
-        gpu_devices=gpus.devices,
+        gpu_devices=devices,
         gpu_memory_mib=_read_only(np.array([n.gpu_memory_mib for n in nodes], dtype=np.float64)),
         topologies=topologies,
         queues=queues,
@@ -198,13 +207,50 @@ def assemble_snapshot(
     )
 
 
-def _node_matrices(nodes: Sequence[NodeFacts]) -> NodeMatrices:
-    def layout(names: tuple[str, ...]) -> tuple[Matrix, Matrix]:
-        return _matrix([n.capacity for n in nodes], names), _matrix(
-            [n.allocatable for n in nodes], names
-        )
+def _node_matrices(
+    memo: SnapshotMemo, nodes: Sequence[NodeFacts], names: tuple[str, ...]
+) -> tuple[Matrix, Matrix]:
+    """Capacity and allocatable laid out in `names` order, once per column set."""
+    if names not in memo.matrices:
+        capacity = _matrix([n.capacity for n in nodes], names)
+        allocatable = _matrix([n.allocatable for n in nodes], names)
+        memo.matrices[names] = (capacity, allocatable)
+    return memo.matrices[names]
 
-    return layout
+
+def _counted_by_node(
+    pods: Sequence[PodState], node_index: Mapping[str, int]
+) -> dict[int, list[PodState]]:
+    """The counted pods of each node, in the order they were read."""
+    by_node: dict[int, list[PodState]] = {}
+    for pod in pods:
+        if _counted(pod, node_index):
+            by_node.setdefault(node_index[pod.node or ""], []).append(pod)
+    return by_node
+
+
+def _node_accounts(
+    memo: SnapshotMemo,
+    nodes: Sequence[NodeFacts],
+    allocatable: Matrix,
+    names: tuple[str, ...],
+    by_node: Mapping[int, list[PodState]],
+) -> list[NodeAccount]:
+    """Each node's devices and used row, worked out again only where its pods changed."""
+    gpu_column = names.index(GPU)
+    accounts: list[NodeAccount] = []
+    for index, node in enumerate(nodes):
+        pods = tuple(by_node.get(index, ()))
+        account = memo.accounts.get(index)
+        if account is None or account.names != names or account.pods != pods:
+            gpu_pods = [pod for pod in pods if pod.uses_gpu]
+            count = int(np.floor(allocatable[index, gpu_column]))
+            devices = account_node(count, node.gpu_memory_mib, gpu_pods)
+            settled = {pod.key: pod for pod in devices.pods}
+            row = _used_row([settled.get(pod.key, pod) for pod in pods], names)
+            account = memo.accounts[index] = NodeAccount(pods, names, devices, row)
+        accounts.append(account)
+    return accounts
 
 
 def resource_columns(
@@ -229,32 +275,25 @@ def _counted(pod: PodState, node_index: Mapping[str, int]) -> bool:
     return pod.node is not None and pod.node in node_index and not pod.terminal
 
 
-def _used(pods: Sequence[PodState], node_index: Mapping[str, int], names: Sequence[str]) -> Matrix:
-    """Sum of counted pods' requests per node, GPU shares included, in bulk numpy adds.
-
-    Pods of one workload ask for the same requests, so each distinct request
-    vector is laid out once and pods only carry its number.
-    """
-    shapes: dict[Resources, int] = {}
-    node_rows: list[int] = []
-    shape_ids: list[int] = []
-    fractions: list[float] = []
+def _used_row(pods: Sequence[PodState], names: Sequence[str]) -> Matrix:
+    """What one node's counted pods hold: requests, then GPU shares as parts of a GPU,
+    then one `pods` each when nodes report that column (no pod requests it)."""
+    column = {name: i for i, name in enumerate(names)}
+    row = np.zeros(len(names), dtype=np.float64)
     for pod in pods:
-        if _counted(pod, node_index):
-            node_rows.append(node_index[pod.node or ""])
-            shape_ids.append(shapes.setdefault(pod.requests, len(shapes)))
-            fractions.append(pod.gpu_fraction)
-    used = np.zeros((len(node_index), len(names)), dtype=np.float64)
-    rows = np.array(node_rows, dtype=np.intp)
-    np.add.at(used, rows, _matrix(list(shapes), names)[np.array(shape_ids, dtype=np.intp)])
-    np.add.at(used[:, names.index(GPU)], rows, np.array(fractions, dtype=np.float64))
-    if POD_COUNT in names:
-        # Nodes cap their pod count (status.allocatable.pods); no pod requests it.
-        np.add.at(used[:, names.index(POD_COUNT)], rows, 1.0)
-    return _read_only(used)
+        for name, amount in pod.requests.items():
+            row[column[name]] += amount
+    gpu = column[GPU]
+    for pod in pods:
+        row[gpu] += pod.gpu_fraction
+    if POD_COUNT in column:
+        row[column[POD_COUNT]] += len(pods)
+    row.setflags(write=False)
+    return row
 
 
 def _topologies(
+    memo: SnapshotMemo,
     objects: Sequence[Mapping[str, Any]],
     labels: Sequence[Mapping[str, str]],
     free: Matrix,
@@ -265,14 +304,17 @@ def _topologies(
     for obj in objects:
         ref = object_ref(obj, "Topology")
         try:
-            topology = Topology.model_validate(obj)
+            topology = memo.topologies.get(ref.name, obj, Topology.model_validate)
         except ValidationError as err:
             problems.extend(validation_problems(ref, err))
             continue
         if topology.metadata.name in trees:
             problems.append(Problem(ref, "metadata.name", "listed twice; kept the first"))
             continue
-        trees[topology.metadata.name] = build_topology_tree(topology, labels, free, available)
+        kept = memo.layouts.get(ref.name)
+        if kept is None or kept[0] is not topology:
+            kept = memo.layouts[ref.name] = (topology, topology_layout(topology, labels))
+        trees[topology.metadata.name] = fill_topology_tree(kept[1], free, available)
     return MappingProxyType(trees)
 
 

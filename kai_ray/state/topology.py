@@ -68,6 +68,27 @@ class TopologyTree:
         return tuple(d for d in self.levels[domain.level + 1].domains if d.parent == domain_id)
 
 
+@dataclass(frozen=True)
+class LevelLayout:
+    """Which nodes make up each domain of one level: labels only, no resources."""
+
+    label: str
+    alias: str | None
+    ids: tuple[str, ...]
+    parents: tuple[str | None, ...]
+    node_domain: npt.NDArray[np.int64]
+    members: tuple[npt.NDArray[np.int64], ...]
+
+
+@dataclass(frozen=True)
+class TopologyLayout:
+    """A Topology laid over the nodes' labels; the nodes' free resources fill it in
+    each cycle (`fill_topology_tree`), so a build may keep it while labels stay."""
+
+    name: str
+    levels: tuple[LevelLayout, ...]
+
+
 def build_topology_tree(
     topology: Topology,
     labels: Sequence[Mapping[str, str]],
@@ -78,16 +99,28 @@ def build_topology_tree(
 
     `available` marks the nodes whose free resources count towards a domain's free.
     """
-    countable_free = np.where(available[:, None], np.maximum(free, 0.0), 0.0)
+    return fill_topology_tree(topology_layout(topology, labels), free, available)
+
+
+def topology_layout(topology: Topology, labels: Sequence[Mapping[str, str]]) -> TopologyLayout:
     parent_paths: list[str | None] = [""] * len(labels)
-    levels: list[TopologyLevel] = []
-    for index, spec in enumerate(topology.spec.levels):
+    levels: list[LevelLayout] = []
+    for spec in topology.spec.levels:
         paths = _domain_paths(spec.nodeLabel, labels, parent_paths)
-        level = _level(index, spec.nodeLabel, spec.alias, paths, parent_paths, countable_free)
-        levels.append(level)
+        levels.append(_level_layout(spec.nodeLabel, spec.alias, paths, parent_paths))
         parent_paths = paths
+    return TopologyLayout(topology.metadata.name, tuple(levels))
+
+
+def fill_topology_tree(
+    layout: TopologyLayout, free: npt.NDArray[np.float64], available: npt.NDArray[np.bool_]
+) -> TopologyTree:
+    countable_free = np.where(available[:, None], np.maximum(free, 0.0), 0.0)
+    levels = tuple(
+        _level(index, level, countable_free) for index, level in enumerate(layout.levels)
+    )
     domains = {d.id: d for level in levels for d in level.domains}
-    return TopologyTree(topology.metadata.name, tuple(levels), MappingProxyType(domains))
+    return TopologyTree(layout.name, levels, MappingProxyType(domains))
 
 
 def _domain_paths(
@@ -104,28 +137,43 @@ def _domain_paths(
     return paths
 
 
-def _level(
-    index: int,
-    label: str,
-    alias: str | None,
-    paths: Sequence[str | None],
-    parent_paths: Sequence[str | None],
-    countable_free: npt.NDArray[np.float64],
-) -> TopologyLevel:
+def _level_layout(
+    label: str, alias: str | None, paths: Sequence[str | None], parent_paths: Sequence[str | None]
+) -> LevelLayout:
     ids = sorted({path for path in paths if path is not None})
     position = {domain_id: i for i, domain_id in enumerate(ids)}
     node_domain = np.array([OUTSIDE if p is None else position[p] for p in paths], dtype=np.int64)
-    free = np.zeros((len(ids), countable_free.shape[1]), dtype=np.float64)
-    inside = node_domain != OUTSIDE
-    np.add.at(free, node_domain[inside], countable_free[inside])
+    node_domain.setflags(write=False)
     parents = _parents(paths, parent_paths)
     members = _members_by_domain(node_domain, len(ids))
-    domains = tuple(
-        _domain(domain_id, index, parents[domain_id], members[i], free[i])
-        for i, domain_id in enumerate(ids)
+    for indices in members:
+        indices.setflags(write=False)
+    return LevelLayout(
+        label, alias, tuple(ids), tuple(parents[i] for i in ids), node_domain, tuple(members)
     )
-    node_domain.setflags(write=False)
-    return TopologyLevel(label, alias, domains, node_domain)
+
+
+def _level(
+    index: int, layout: LevelLayout, countable_free: npt.NDArray[np.float64]
+) -> TopologyLevel:
+    free = np.zeros((len(layout.ids), countable_free.shape[1]), dtype=np.float64)
+    inside = layout.node_domain != OUTSIDE
+    np.add.at(free, layout.node_domain[inside], countable_free[inside])
+    free.setflags(write=False)
+    domains = tuple(
+        TopologyDomain(
+            domain_id,
+            domain_id.rsplit(PATH_SEPARATOR, 1)[-1],
+            index,
+            parent,
+            members,
+            free[i],
+        )
+        for i, (domain_id, parent, members) in enumerate(
+            zip(layout.ids, layout.parents, layout.members, strict=True)
+        )
+    )
+    return TopologyLevel(layout.label, layout.alias, domains, layout.node_domain)
 
 
 def _parents(
@@ -145,17 +193,3 @@ def _members_by_domain(
     order = np.argsort(node_domain, kind="stable")
     bounds = np.searchsorted(node_domain[order], np.arange(count + 1))
     return [order[bounds[i] : bounds[i + 1]].astype(np.int64) for i in range(count)]
-
-
-def _domain(
-    domain_id: str,
-    level: int,
-    parent: str | None,
-    node_indices: npt.NDArray[np.int64],
-    free: npt.NDArray[np.float64],
-) -> TopologyDomain:
-    node_indices.setflags(write=False)
-    free = free.copy()
-    free.setflags(write=False)
-    value = domain_id.rsplit(PATH_SEPARATOR, 1)[-1]
-    return TopologyDomain(domain_id, value, level, parent, node_indices, free)

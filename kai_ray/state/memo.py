@@ -1,0 +1,89 @@
+"""What one snapshot build may hand to the next.
+
+Between two cycles a handful of pods change, not the cluster. `SnapshotMemo`
+keeps the parts of a build that depend only on inputs that did not change,
+each checked against those inputs at every build, so a memo can never make a
+snapshot differ from a fresh build:
+
+- the node matrices, per set of resource columns, while the node readings are
+  the same objects;
+- each node's device accounting and used row, while the node holds the same
+  `PodState` objects (readings are immutable, so identity is enough);
+- Topology and PodGroup validations, while the object is equal to the copy
+  that was validated (so an object changed in place is validated again);
+- each topology's layout over the node labels, while nodes and spec stay;
+- each `PodGroupState`, while its validated group and its members stay.
+
+`build_snapshot` uses a fresh memo (one build, nothing kept); a caller that
+builds every cycle (the simulator, or the operator's loop) keeps one. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from kai_ray.state.devices import NodeDevices
+from kai_ray.state.groups import PodGroupState
+from kai_ray.state.nodes import NodeFacts
+from kai_ray.state.pod_states import PodState
+from kai_ray.state.topology import TopologyLayout
+
+Matrix = npt.NDArray[np.float64]
+Model = TypeVar("Model")
+
+
+@dataclass
+class NodeAccount:
+    """One node's share of a build: its counted pods as read, and what came of them."""
+
+    pods: tuple[PodState, ...]
+    names: tuple[str, ...]
+    devices: NodeDevices
+    used: Matrix
+
+
+@dataclass
+class ValidatedCache(Generic[Model]):
+    """Validated models by key, each with a copy of the object it was validated from."""
+
+    entries: dict[str, tuple[Mapping[str, Any], Model]] = field(default_factory=dict)
+
+    def get(self, key: str, obj: Mapping[str, Any], validate: Callable[[Any], Model]) -> Model:
+        """The model of `obj`; `validate` runs (and may raise) only when `obj` is new."""
+        entry = self.entries.get(key)
+        if entry is not None and entry[0] == obj:
+            return entry[1]
+        model = validate(obj)
+        self.entries[key] = (copy.deepcopy(dict(obj)), model)
+        return model
+
+    def keep_only(self, keys: set[str]) -> None:
+        if len(self.entries) > 2 * len(keys) + 64:
+            self.entries = {k: v for k, v in self.entries.items() if k in keys}
+
+
+class SnapshotMemo:
+    """Caches kept from one build to the next; see the module's docstring."""
+
+    def __init__(self) -> None:
+        self._nodes: Sequence[NodeFacts] | None = None
+        self.matrices: dict[tuple[str, ...], tuple[Matrix, Matrix]] = {}
+        self.accounts: dict[int, NodeAccount] = {}
+        self.layouts: dict[str, tuple[Any, TopologyLayout]] = {}
+        self.topologies: ValidatedCache[Any] = ValidatedCache()
+        self.pod_groups: ValidatedCache[Any] = ValidatedCache()
+        self.group_states: dict[str, PodGroupState] = {}
+
+    def use_nodes(self, nodes: Sequence[NodeFacts]) -> None:
+        """Forget what was derived from other node readings than `nodes`."""
+        if nodes is not self._nodes:
+            self._nodes = nodes
+            self.matrices.clear()
+            self.accounts.clear()
+            self.layouts.clear()
