@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kai_ray.decisions.admission import is_preemptible, typed_gpus, typed_keys
+from kai_ray.decisions.admission import TypedKey, is_preemptible, typed_gpus, typed_keys
 from kai_ray.decisions.allocate import AllocateAction
 from kai_ray.decisions.consolidate import ConsolidateAction
 from kai_ray.decisions.fairness import fair_shares
@@ -140,12 +140,11 @@ class CycleResult:
 
 def leaf_requests(snapshot: Snapshot) -> dict[str, Resources]:
     """What each leaf queue's live pods ask for, bound or pending."""
-    # Summed into plain dicts in pod order (the same floats as adding vectors
-    # one by one), then made into one vector per queue: far fewer objects.
+    # Each group's sum (kept with its state), summed into plain dicts per queue.
     totals: dict[str, dict[str, float]] = {}
     for group in snapshot.pod_groups.values():
-        for pod in group.live_pods():
-            add_into(totals.setdefault(group.queue, {}), pod.effective_requests)
+        if group.live:
+            add_into(totals.setdefault(group.queue, {}), group.live_requests)
     return {queue: Resources.from_canonical(amounts) for queue, amounts in totals.items()}
 
 
@@ -170,10 +169,19 @@ def held_ledger(snapshot: Snapshot, shares: Mapping[str, Resources]) -> QueueLed
     of the types its queues limit included."""
     ledger = QueueLedger(snapshot.queues, shares)
     sums = _HeldSums()
+    keys_of: dict[str, tuple[TypedKey, ...]] = {}
     for group in snapshot.pod_groups.values():
         preemptible = is_preemptible(group, group_priority(group))
-        keys = typed_keys(snapshot.queues, group.queue)
+        keys = keys_of.get(group.queue)
+        if keys is None:
+            keys = keys_of[group.queue] = typed_keys(snapshot.queues, group.queue)
         path = ledger.path(group.queue)
+        if not keys and all(pod.node in snapshot.node_index for pod in group.bound):
+            # No typed limit above the queue and every pod on a known node: the
+            # group's own sum stands for its pods.
+            if group.bound:
+                sums.add(path, group.bound_requests, NOTHING, preemptible)
+            continue
         for requests, labels in _bound_requests(snapshot, group):
             # No typed limit above the queue: the typed tally is empty for every pod.
             typed = typed_gpus(keys, [(labels, requests[GPU])]) if keys else NOTHING

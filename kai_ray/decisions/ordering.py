@@ -50,7 +50,7 @@ def group_priority(group: PodGroupState) -> int:
     known = WELL_KNOWN_PRIORITIES.get(group.spec.priorityClassName or "")
     if known is not None:
         return known
-    return max((pod.priority for pod in group.pods), default=0)
+    return group.pod_priority
 
 
 @dataclass

@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kai_ray.decisions.plan import Bind
-from kai_ray.state.devices import EPSILON, GpuDevices
+from kai_ray.state.devices import EPSILON
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.snapshot import POD_COUNT, Snapshot
 from kai_ray.values.resources import GPU
@@ -37,8 +37,6 @@ from kai_ray.values.resources import GPU
 Matrix = npt.NDArray[np.float64]
 #: A topology level: (Topology name, level index from the widest).
 LevelKey = tuple[str, int]
-#: Device padding: no pod fits on a device that does not exist.
-NO_DEVICE = -1.0
 
 
 @dataclass(frozen=True)
@@ -63,7 +61,7 @@ class Transaction:
     def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
         self.free = snapshot.free.copy()
-        self.devices = device_matrix(snapshot.gpu_devices)
+        self.devices = snapshot.gpu_free.copy()
         self.whole_free = np.count_nonzero(self.devices >= 1.0 - EPSILON, axis=1)
         self.placements: list[Placement] = []
         #: Pods placed so far (committed or not), by key.
@@ -160,12 +158,3 @@ def held_vector(snapshot: Snapshot, pod: PodState) -> Matrix:
     if POD_COUNT in snapshot.resource_names:
         row[snapshot.column(POD_COUNT)] += 1.0
     return row
-
-
-def device_matrix(devices: tuple[GpuDevices, ...]) -> Matrix:
-    """Every node's device free fractions as one padded matrix (padding: NO_DEVICE)."""
-    width = max((d.count for d in devices), default=0)
-    matrix = np.full((len(devices), max(width, 1)), NO_DEVICE, dtype=np.float64)
-    for node, node_devices in enumerate(devices):
-        matrix[node, : node_devices.count] = node_devices.free
-    return matrix

@@ -15,10 +15,12 @@ is simulated. Same input, same output. No I/O.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import gc
 import heapq
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,6 +142,10 @@ class Simulation:
             self._push(submit_at, SUBMIT, _new_job(pg, pods, "PodGroup", submit_at, duration))
 
     def run(self, progress: Progress | None = None) -> None:
+        with _long_lived_heap():
+            self._run(progress)
+
+    def _run(self, progress: Progress | None) -> None:
         while self._events:
             event = heapq.heappop(self._events)
             if self.until is not None and event.time > self.until:
@@ -363,6 +369,26 @@ class Simulation:
 
     def jobs_by_group(self) -> Mapping[str, JobRecord]:
         return {key: job.record for key, job in self.jobs.items()}
+
+
+@contextlib.contextmanager
+def _long_lived_heap() -> Iterator[None]:
+    """Collect cycles less often while the run lasts.
+
+    The input and the engine's objects live for the whole run, yet the cycle
+    collector walks them again and again as each cycle allocates (a quarter of a
+    run's time, measured). They are moved out of its sight (`gc.freeze`) and the
+    youngest generation is allowed to grow larger; both are restored after.
+    """
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(max(thresholds[0], 50_000), 20, 100)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
 
 
 def _persist_staleness(plan: Plan, jobs: Mapping[str, _Job], now: float) -> None:

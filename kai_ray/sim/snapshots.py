@@ -34,6 +34,8 @@ class SnapshotBuilder:
         self._nodes: NodeReading | None = None
         self._memo = SnapshotMemo()
         self._pods: dict[str, tuple[PodState | None, list[Problem]]] = {}
+        #: id of a pod object -> (the object, its key); the object is held so ids stay unique.
+        self._keys: dict[int, tuple[Mapping[str, Any], str]] = {}
 
     def nodes_changed(self) -> None:
         self._nodes = None
@@ -58,7 +60,7 @@ class SnapshotBuilder:
         states: list[PodState] = []
         problems: list[Problem] = []
         for obj in objects:
-            key = pod_key(obj)
+            key = self._key(obj)
             cached = self._pods.get(key)
             if cached is None:
                 found: list[Problem] = []
@@ -67,9 +69,19 @@ class SnapshotBuilder:
                 states.append(cached[0])
             problems.extend(cached[1])
         if len(self._pods) > 2 * len(objects) + 64:
-            live = {pod_key(obj) for obj in objects}
+            live = {self._key(obj) for obj in objects}
             self._pods = {k: v for k, v in self._pods.items() if k in live}
+            self._keys = {i: v for i, v in self._keys.items() if v[1] in live}
         return states, problems
+
+    def _key(self, obj: Mapping[str, Any]) -> str:
+        """The pod's key, kept by object: a pod's name and namespace never change."""
+        kept = self._keys.get(id(obj))
+        if kept is not None and kept[0] is obj:
+            return kept[1]
+        key = pod_key(obj)
+        self._keys[id(obj)] = (obj, key)
+        return key
 
     def _assemble(
         self,

@@ -23,6 +23,8 @@ from kai_ray.workloads.pods import annotation_field
 
 #: Below this, two fractions are the same (0.1 + 0.2 + 0.7 must fill a device).
 EPSILON = 1e-9
+#: Marks the columns past a node's last device in a matrix of device free fractions.
+NO_DEVICE = -1.0
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from kai_ray.state.queues import QueueTree
 from kai_ray.values.api import PodGroup, PodGroupSpec, PodGroupStatus
 from kai_ray.values.errors import ObjectRef, Problem
 from kai_ray.values.names import POD_GROUP_ANNOTATION
+from kai_ray.values.resources import Resources, add_into
 from kai_ray.workloads.pods import annotation_field
 
 POD_GROUP = "PodGroup"
@@ -38,9 +39,23 @@ class PodGroupState:
     pods: tuple[PodState, ...]
     #: The members that are not terminal, in the same order.
     live: tuple[PodState, ...] = field(init=False, repr=False, compare=False)
+    #: The live members bound to a node, in the same order.
+    bound: tuple[PodState, ...] = field(init=False, repr=False, compare=False)
+    #: What the live members ask for, and what the bound ones hold, GPU shares as
+    #: parts of a GPU (summed once per state; a kept state keeps its sums).
+    live_requests: Resources = field(init=False, repr=False, compare=False)
+    bound_requests: Resources = field(init=False, repr=False, compare=False)
+    #: The highest priority resolved onto any member (0 without members).
+    pod_priority: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "live", tuple(pod for pod in self.pods if not pod.terminal))
+        live = tuple(pod for pod in self.pods if not pod.terminal)
+        bound = tuple(pod for pod in live if pod.node is not None)
+        object.__setattr__(self, "live", live)
+        object.__setattr__(self, "bound", bound)
+        object.__setattr__(self, "live_requests", _total(live))
+        object.__setattr__(self, "bound_requests", _total(bound))
+        object.__setattr__(self, "pod_priority", max((p.priority for p in self.pods), default=0))
 
     @property
     def queue(self) -> str:
@@ -54,6 +69,13 @@ class PodGroupState:
 
     def pods_of_subgroup(self, subgroup: str | None) -> tuple[PodState, ...]:
         return tuple(pod for pod in self.pods if pod.subgroup == subgroup)
+
+
+def _total(pods: Sequence[PodState]) -> Resources:
+    amounts: dict[str, float] = {}
+    for pod in pods:
+        add_into(amounts, pod.effective_requests)
+    return Resources.from_canonical(amounts)
 
 
 @dataclass

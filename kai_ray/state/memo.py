@@ -32,7 +32,7 @@ from kai_ray.state.devices import NodeDevices
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.nodes import NodeFacts
 from kai_ray.state.pod_states import PodState
-from kai_ray.state.topology import TopologyLayout
+from kai_ray.state.topology import TopologyLayout, TopologyTree
 
 Matrix = npt.NDArray[np.float64]
 Model = TypeVar("Model")
@@ -73,9 +73,16 @@ class SnapshotMemo:
 
     def __init__(self) -> None:
         self._nodes: Sequence[NodeFacts] | None = None
+        #: Every resource name the nodes offer.
+        self.offered: set[str] | None = None
         self.matrices: dict[tuple[str, ...], tuple[Matrix, Matrix]] = {}
         self.accounts: dict[int, NodeAccount] = {}
-        self.layouts: dict[str, tuple[Any, TopologyLayout]] = {}
+        #: The accounts' used rows and device free fractions, kept up to date in place
+        #: (each build hands out copies).
+        self.used: Matrix = np.zeros((0, 0), dtype=np.float64)
+        self.device_free: Matrix = np.zeros((0, 0), dtype=np.float64)
+        #: Topology name -> (validated Topology, its layout, the last tree filled in).
+        self.layouts: dict[str, tuple[Any, TopologyLayout, TopologyTree | None]] = {}
         self.topologies: ValidatedCache[Any] = ValidatedCache()
         self.pod_groups: ValidatedCache[Any] = ValidatedCache()
         self.group_states: dict[str, PodGroupState] = {}
@@ -84,6 +91,9 @@ class SnapshotMemo:
         """Forget what was derived from other node readings than `nodes`."""
         if nodes is not self._nodes:
             self._nodes = nodes
+            self.offered = None
             self.matrices.clear()
             self.accounts.clear()
+            self.used = np.zeros((0, 0), dtype=np.float64)
+            self.device_free = np.zeros((0, 0), dtype=np.float64)
             self.layouts.clear()

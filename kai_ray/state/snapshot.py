@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import ValidationError
 
-from kai_ray.state.devices import GpuDevices, account_node
+from kai_ray.state.devices import NO_DEVICE, GpuDevices, account_node
 from kai_ray.state.groups import PodGroupState, build_pod_groups
 from kai_ray.state.memo import NodeAccount, SnapshotMemo
 from kai_ray.state.nodes import NodeFacts, Taint, read_nodes
@@ -73,6 +73,9 @@ class Snapshot:
     taints: tuple[tuple[Taint, ...], ...]
     #: Per node: free fraction of each GPU device and which devices hold shares.
     gpu_devices: tuple[GpuDevices, ...]
+    #: The same free fractions as one matrix, a row per node and a column per device
+    #: (as many as the largest node has); NO_DEVICE where a node has fewer.
+    gpu_free: Matrix
     #: Per node: memory of one GPU device in MiB (0 when the node does not say).
     gpu_memory_mib: Matrix
     topologies: Mapping[str, TopologyTree]
@@ -152,10 +155,9 @@ def assemble_snapshot(
     memo.use_nodes(nodes)
     node_index = MappingProxyType({node.name: i for i, node in enumerate(nodes)})
     # 2. One column per resource any node offers or any pod asks for.
-    names = resource_columns(
-        [*(n.capacity for n in nodes), *(n.allocatable for n in nodes)],
-        [p.requests for p in read],
-    )
+    if memo.offered is None:
+        memo.offered = set().union(*(n.capacity for n in nodes), *(n.allocatable for n in nodes))
+    names = resource_columns([memo.offered], [p.requests for p in read])
     capacity, allocatable = _node_matrices(memo, nodes, names)
     # 3. Bound pods onto their nodes: GPU pods onto devices, requests into used.
     accounts = _node_accounts(memo, nodes, allocatable, names, _counted_by_node(read, node_index))
@@ -163,11 +165,7 @@ def assemble_snapshot(
     settled = {pod.key: pod for account in accounts for pod in account.devices.pods}
     problems.extend(problem for account in accounts for problem in account.devices.problems)
     pods = [settled.get(pod.key, pod) for pod in read]
-    used = _read_only(
-        np.array([account.used for account in accounts], dtype=np.float64).reshape(
-            len(nodes), len(names)
-        )
-    )
+    used = _read_only(memo.used.copy())
     free = _read_only(allocatable - used)
     ready = _flags(n.ready for n in nodes)
     unschedulable = _flags(n.unschedulable for n in nodes)
@@ -197,6 +195,7 @@ def assemble_snapshot(
         labels=labels,
         taints=tuple(n.taints for n in nodes),
         gpu_devices=devices,
+        gpu_free=_read_only(memo.device_free.copy()),
         gpu_memory_mib=_read_only(np.array([n.gpu_memory_mib for n in nodes], dtype=np.float64)),
         topologies=topologies,
         queues=queues,
@@ -236,28 +235,37 @@ def _node_accounts(
     names: tuple[str, ...],
     by_node: Mapping[int, list[PodState]],
 ) -> list[NodeAccount]:
-    """Each node's devices and used row, worked out again only where its pods changed."""
+    """Each node's devices and used row, worked out again only where its pods changed
+    (and written into the memo's `used` and `device_free` matrices)."""
     gpu_column = names.index(GPU)
+    counts = np.floor(allocatable[:, gpu_column]).astype(np.int64)
+    if memo.used.shape != (len(nodes), len(names)):
+        memo.used = np.zeros((len(nodes), len(names)), dtype=np.float64)
+        memo.accounts.clear()
+    if memo.device_free.shape[0] != len(nodes):
+        width = max(int(counts.max(initial=0)), 1)
+        memo.device_free = np.full((len(nodes), width), NO_DEVICE, dtype=np.float64)
     accounts: list[NodeAccount] = []
     for index, node in enumerate(nodes):
         pods = tuple(by_node.get(index, ()))
         account = memo.accounts.get(index)
         if account is None or account.names != names or account.pods != pods:
             gpu_pods = [pod for pod in pods if pod.uses_gpu]
-            count = int(np.floor(allocatable[index, gpu_column]))
-            devices = account_node(count, node.gpu_memory_mib, gpu_pods)
+            devices = account_node(int(counts[index]), node.gpu_memory_mib, gpu_pods)
             settled = {pod.key: pod for pod in devices.pods}
             row = _used_row([settled.get(pod.key, pod) for pod in pods], names)
             account = memo.accounts[index] = NodeAccount(pods, names, devices, row)
+            memo.used[index] = row
+            memo.device_free[index, : devices.devices.count] = devices.devices.free
         accounts.append(account)
     return accounts
 
 
 def resource_columns(
-    offered: Iterable[Resources], requested: Iterable[Resources]
+    offered: Iterable[Iterable[str]], requested: Iterable[Iterable[str]]
 ) -> tuple[str, ...]:
     """cpu, memory, nvidia.com/gpu first (always present), then every other name sorted."""
-    others = {name for vectors in (offered, requested) for vector in vectors for name in vector}
+    others: set[str] = set().union(*offered, *requested)
     return (*CORE, *sorted(others - set(CORE)))
 
 
@@ -313,8 +321,10 @@ def _topologies(
             continue
         kept = memo.layouts.get(ref.name)
         if kept is None or kept[0] is not topology:
-            kept = memo.layouts[ref.name] = (topology, topology_layout(topology, labels))
-        trees[topology.metadata.name] = fill_topology_tree(kept[1], free, available)
+            kept = (topology, topology_layout(topology, labels), None)
+        tree = fill_topology_tree(kept[1], free, available, kept[2])
+        memo.layouts[ref.name] = (topology, kept[1], tree)
+        trees[topology.metadata.name] = tree
     return MappingProxyType(trees)
 
 

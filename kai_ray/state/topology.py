@@ -42,6 +42,8 @@ class TopologyLevel:
     domains: tuple[TopologyDomain, ...]
     #: For each snapshot node, the index of its domain in `domains`, or -1 when outside.
     node_domain: npt.NDArray[np.int64]
+    #: Row i: free resources of `domains[i]` (the same rows as each domain's `free`).
+    free: npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -113,11 +115,21 @@ def topology_layout(topology: Topology, labels: Sequence[Mapping[str, str]]) -> 
 
 
 def fill_topology_tree(
-    layout: TopologyLayout, free: npt.NDArray[np.float64], available: npt.NDArray[np.bool_]
+    layout: TopologyLayout,
+    free: npt.NDArray[np.float64],
+    available: npt.NDArray[np.bool_],
+    previous: TopologyTree | None = None,
 ) -> TopologyTree:
+    """The tree of `layout` with the nodes' free resources summed into its domains.
+
+    `previous`, a tree of the same layout, lends the domains whose free is unchanged
+    (values are immutable, so sharing them is safe).
+    """
     countable_free = np.where(available[:, None], np.maximum(free, 0.0), 0.0)
+    before = previous.levels if previous is not None else (None,) * len(layout.levels)
     levels = tuple(
-        _level(index, level, countable_free) for index, level in enumerate(layout.levels)
+        _level(index, level, countable_free, earlier)
+        for index, (level, earlier) in enumerate(zip(layout.levels, before, strict=True))
     )
     domains = {d.id: d for level in levels for d in level.domains}
     return TopologyTree(layout.name, levels, MappingProxyType(domains))
@@ -154,26 +166,24 @@ def _level_layout(
 
 
 def _level(
-    index: int, layout: LevelLayout, countable_free: npt.NDArray[np.float64]
+    index: int,
+    layout: LevelLayout,
+    countable_free: npt.NDArray[np.float64],
+    previous: TopologyLevel | None,
 ) -> TopologyLevel:
     free = np.zeros((len(layout.ids), countable_free.shape[1]), dtype=np.float64)
     inside = layout.node_domain != OUTSIDE
     np.add.at(free, layout.node_domain[inside], countable_free[inside])
     free.setflags(write=False)
+    if previous is not None and previous.free.shape == free.shape:
+        same = (~np.any(previous.free != free, axis=1)).tolist()
+        kept = previous.domains
+    else:
+        same, kept = [False] * len(layout.ids), ()
     domains = tuple(
-        TopologyDomain(
-            domain_id,
-            domain_id.rsplit(PATH_SEPARATOR, 1)[-1],
-            index,
-            parent,
-            members,
-            free[i],
-        )
-        for i, (domain_id, parent, members) in enumerate(
-            zip(layout.ids, layout.parents, layout.members, strict=True)
-        )
+        kept[i] if same[i] else _domain(layout, i, index, free[i]) for i in range(len(same))
     )
-    return TopologyLevel(layout.label, layout.alias, domains, layout.node_domain)
+    return TopologyLevel(layout.label, layout.alias, domains, layout.node_domain, free)
 
 
 def _parents(
@@ -193,3 +203,11 @@ def _members_by_domain(
     order = np.argsort(node_domain, kind="stable")
     bounds = np.searchsorted(node_domain[order], np.arange(count + 1))
     return [order[bounds[i] : bounds[i + 1]].astype(np.int64) for i in range(count)]
+
+
+def _domain(
+    layout: LevelLayout, i: int, level: int, free: npt.NDArray[np.float64]
+) -> TopologyDomain:
+    domain_id = layout.ids[i]
+    value = domain_id.rsplit(PATH_SEPARATOR, 1)[-1]
+    return TopologyDomain(domain_id, value, level, layout.parents[i], layout.members[i], free)
