@@ -34,6 +34,11 @@ class GpuDevices:
     free: npt.NDArray[np.float64]
     shared: npt.NDArray[np.bool_]
 
+    @classmethod
+    def untouched(cls, count: int) -> GpuDevices:
+        """`count` devices that no pod holds any part of."""
+        return _Ledger(count).frozen()
+
     @property
     def count(self) -> int:
         return len(self.free)

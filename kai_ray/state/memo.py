@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from kai_ray.state.devices import NodeDevices
+from kai_ray.state.devices import GpuDevices, NodeDevices
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.nodes import NodeFacts
 from kai_ray.state.pod_states import PodState
@@ -43,7 +43,6 @@ class NodeAccount:
     """One node's share of a build: its counted pods as read, and what came of them."""
 
     pods: tuple[PodState, ...]
-    names: tuple[str, ...]
     devices: NodeDevices
     used: Matrix
 
@@ -76,9 +75,14 @@ class SnapshotMemo:
         #: Every resource name the nodes offer.
         self.offered: set[str] | None = None
         self.matrices: dict[tuple[str, ...], tuple[Matrix, Matrix]] = {}
-        self.accounts: dict[int, NodeAccount] = {}
-        #: The accounts' used rows and device free fractions, kept up to date in place
-        #: (each build hands out copies).
+        #: Per node: its account (None until worked out), its devices, and the nodes
+        #: whose accounts hold pods. With the used rows and device free fractions
+        #: they are kept up to date in place, for one set of resource columns (each
+        #: build hands out copies).
+        self.accounts: list[NodeAccount | None] = []
+        self.devices: list[GpuDevices] = []
+        self.busy: set[int] = set()
+        self.columns: tuple[str, ...] = ()
         self.used: Matrix = np.zeros((0, 0), dtype=np.float64)
         self.device_free: Matrix = np.zeros((0, 0), dtype=np.float64)
         #: Topology name -> (validated Topology, its layout, the last tree filled in).
@@ -93,7 +97,7 @@ class SnapshotMemo:
             self._nodes = nodes
             self.offered = None
             self.matrices.clear()
-            self.accounts.clear()
+            self.columns = ()
             self.used = np.zeros((0, 0), dtype=np.float64)
             self.device_free = np.zeros((0, 0), dtype=np.float64)
             self.layouts.clear()

@@ -161,7 +161,7 @@ def assemble_snapshot(
     capacity, allocatable = _node_matrices(memo, nodes, names)
     # 3. Bound pods onto their nodes: GPU pods onto devices, requests into used.
     accounts = _node_accounts(memo, nodes, allocatable, names, _counted_by_node(read, node_index))
-    devices = tuple(account.devices.devices for account in accounts)
+    devices = tuple(memo.devices)
     settled = {pod.key: pod for account in accounts for pod in account.devices.pods}
     problems.extend(problem for account in accounts for problem in account.devices.problems)
     pods = [settled.get(pod.key, pod) for pod in read]
@@ -235,30 +235,35 @@ def _node_accounts(
     names: tuple[str, ...],
     by_node: Mapping[int, list[PodState]],
 ) -> list[NodeAccount]:
-    """Each node's devices and used row, worked out again only where its pods changed
-    (and written into the memo's `used` and `device_free` matrices)."""
+    """The accounts of the nodes holding pods, in node order: each node's devices and
+    used row, worked out again only where its pods changed. The memo keeps every
+    node's devices and its `used` and `device_free` rows up to date in place."""
     gpu_column = names.index(GPU)
     counts = np.floor(allocatable[:, gpu_column]).astype(np.int64)
-    if memo.used.shape != (len(nodes), len(names)):
+    if memo.columns != names:
+        memo.columns = names
         memo.used = np.zeros((len(nodes), len(names)), dtype=np.float64)
-        memo.accounts.clear()
-    if memo.device_free.shape[0] != len(nodes):
-        width = max(int(counts.max(initial=0)), 1)
-        memo.device_free = np.full((len(nodes), width), NO_DEVICE, dtype=np.float64)
-    accounts: list[NodeAccount] = []
-    for index, node in enumerate(nodes):
+        memo.device_free = np.full(
+            (len(nodes), max(int(counts.max(initial=0)), 1)), NO_DEVICE, dtype=np.float64
+        )
+        memo.accounts = [None] * len(nodes)
+        memo.devices = [GpuDevices.untouched(int(count)) for count in counts]
+        memo.busy = set(range(len(nodes)))
+    for index in sorted(memo.busy.union(by_node)):
         pods = tuple(by_node.get(index, ()))
-        account = memo.accounts.get(index)
-        if account is None or account.names != names or account.pods != pods:
+        account = memo.accounts[index]
+        if account is None or account.pods != pods:
             gpu_pods = [pod for pod in pods if pod.uses_gpu]
+            node = nodes[index]
             devices = account_node(int(counts[index]), node.gpu_memory_mib, gpu_pods)
             settled = {pod.key: pod for pod in devices.pods}
             row = _used_row([settled.get(pod.key, pod) for pod in pods], names)
-            account = memo.accounts[index] = NodeAccount(pods, names, devices, row)
+            memo.accounts[index] = NodeAccount(pods, devices, row)
+            memo.devices[index] = devices.devices
             memo.used[index] = row
             memo.device_free[index, : devices.devices.count] = devices.devices.free
-        accounts.append(account)
-    return accounts
+    memo.busy = set(by_node)
+    return [account for index in sorted(memo.busy) if (account := memo.accounts[index])]
 
 
 def resource_columns(
