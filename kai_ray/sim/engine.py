@@ -381,7 +381,6 @@ def _long_lived_heap() -> Iterator[None]:
     youngest generation is allowed to grow larger; both are restored after.
     """
     thresholds = gc.get_threshold()
-    gc.collect()
     gc.freeze()
     gc.set_threshold(max(thresholds[0], 50_000), 20, 100)
     try:
