@@ -24,7 +24,6 @@ from kai_ray.decisions.admission import (
     namespace_refusal,
     quota_refusal,
 )
-from kai_ray.decisions.allocate import total
 from kai_ray.decisions.ordering import Candidate, take_next
 from kai_ray.decisions.reclaim import (
     ask_to_wake,
@@ -48,7 +47,7 @@ def preempt_refusal(
     group, ledger = candidate.group, ctx.ledger
     freed = Resources()
     for unit in victims:
-        freed = freed + total(unit.pods)
+        freed = freed + unit.requests
     refused = namespace_refusal(ledger.tree[group.queue], group.namespace)
     refused = refused or limit_refusal(ledger, group.queue, candidate.request - freed)
     if refused is None and not is_preemptible(group, candidate.priority):

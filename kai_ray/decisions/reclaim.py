@@ -104,6 +104,12 @@ class FairShareBudget(Budget):
         self.job = job
         self.taken: dict[str, Resources] = {}
 
+    def reclaimer_within_share(self) -> bool:
+        """With the job added, the reclaimer's leaf stays within its fair share. Every
+        victim's test includes the leaf, so without this none can be taken from."""
+        held, share = self.ledger.held(self.leaf), self._share(self.leaf)
+        return all(held[r] + self.job[r] <= share[r] + EPSILON for r in self.asked)
+
     def reclaimer_may_take_from(self, victim_leaf: str) -> bool:
         """With the job added, the reclaimer's side stays within its fair share."""
         if victim_leaf == self.leaf:
@@ -120,7 +126,7 @@ class FairShareBudget(Budget):
         for unit in units:
             lca = lowest_common_ancestor(self.ledger, self.leaf, unit.queue)
             for q in below(self.ledger, unit.queue, lca):
-                taking[q] = taking.get(q, Resources()) + total(unit.pods)
+                taking[q] = taking.get(q, Resources()) + unit.requests
         if not all(self._may_lose(q, amount) for q, amount in taking.items()):
             return False
         for q, amount in taking.items():
@@ -253,11 +259,32 @@ def running_units(
             continue
         if any(p.scheduler != ctx.config.schedulerName for p in group.live_pods()):
             continue  # another scheduler's pods are not ours to evict
-        for unit in victim_units(group, priority, started_at(group)):
+        for unit in _units_of(ctx.transaction, group, priority):
             untouched = not any(p.key in ctx.transaction.removed for p in unit.pods)
             if untouched and not protection.protects(unit):
                 units.append(unit)
     return units
+
+
+def _units_of(tx: Transaction, group: PodGroupState, priority: int) -> list[VictimUnit]:
+    """The group's victim units, cut once per cycle (they depend on the snapshot alone)."""
+    key = ("victim-units", group.key)
+    if key not in tx.memo:
+        tx.memo[key] = victim_units(group, priority, started_at(group))
+    units: list[VictimUnit] = tx.memo[key]
+    return units
+
+
+def _per_queue(test: Callable[[str], bool]) -> Callable[[str], bool]:
+    """`test`, asked once per queue."""
+    answers: dict[str, bool] = {}
+
+    def ask(queue: str) -> bool:
+        if queue not in answers:
+            answers[queue] = test(queue)
+        return answers[queue]
+
+    return ask
 
 
 def record(
@@ -267,7 +294,7 @@ def record(
     group = candidate.group
     ctx.ledger.add(group.queue, candidate.request, is_preemptible(group, candidate.priority))
     for unit in victims:
-        ctx.ledger.add(unit.queue, Resources() - total(unit.pods), True)
+        ctx.ledger.add(unit.queue, Resources() - unit.requests, True)
         ctx.plan.evictions.extend(Evict(p.key, unit.group.key, reason) for p in unit.pods)
     ctx.plan.statuses[:] = [s for s in ctx.plan.statuses if s.group != group.key]
     ctx.plan.statuses.append(GroupStatus(group.key, True))
@@ -300,8 +327,11 @@ class ReclaimAction:
         if refusal(ctx.ledger, group, candidate.request, is_preemptible(group, candidate.priority)):
             return
         budget = FairShareBudget(ctx.ledger, contested, group.queue, candidate.request)
+        if not budget.reclaimer_within_share():
+            return  # no queue may be reclaimed from (and no runtime protection was met)
         protection = Protection(ctx.snapshot.queues, self.which, ctx.now)
-        units = running_units(ctx, lambda g, _: budget.reclaimer_may_take_from(g.queue), protection)
+        may_take = _per_queue(budget.reclaimer_may_take_from)
+        units = running_units(ctx, lambda g, _: may_take(g.queue), protection)
         new_budget = lambda: FairShareBudget(ctx.ledger, contested, group.queue, candidate.request)  # noqa: E731
         victims = evict_to_fit(ctx, group, units, new_budget)
         if victims is None:

@@ -23,14 +23,14 @@ it does not hold. Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
-from kai_ray.values.resources import GPU
+from kai_ray.values.resources import GPU, Resources, add_into
 
 Matrix = npt.NDArray[np.float64]
 Vector = npt.NDArray[np.float64]
@@ -51,10 +51,16 @@ class VictimUnit:
     #: Sorts as time does; the younger unit goes first among equals.
     started: str
     extra: bool
+    #: What the unit's pods ask for (GPU shares as parts of a GPU), and its GPUs.
+    requests: Resources = field(init=False, repr=False, compare=False)
+    gpus: float = field(init=False, repr=False, compare=False)
 
-    @property
-    def gpus(self) -> float:
-        return sum(p.requests[GPU] + p.gpu_fraction for p in self.pods)
+    def __post_init__(self) -> None:
+        amounts: dict[str, float] = {}
+        for pod in self.pods:
+            add_into(amounts, pod.effective_requests)
+        object.__setattr__(self, "requests", Resources.from_canonical(amounts))
+        object.__setattr__(self, "gpus", sum(p.requests[GPU] + p.gpu_fraction for p in self.pods))
 
     @property
     def queue(self) -> str:
