@@ -48,9 +48,7 @@ def pending_pods(group: PodGroupState) -> list[PodState]:
 
 def missing_minimum(group: PodGroupState) -> list[PodState]:
     """The pending pods that would complete the group's minimum (as placement picks them)."""
-    pending = pending_pods(group)
-    bound = len(group.live_pods()) - len(pending)
-    return pending[: max(group.spec.minMember - bound, 0)]
+    return list(group.missing)
 
 
 def total(pods: Sequence[PodState]) -> Resources:

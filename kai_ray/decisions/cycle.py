@@ -170,22 +170,25 @@ def held_ledger(snapshot: Snapshot, shares: Mapping[str, Resources]) -> QueueLed
     ledger = QueueLedger(snapshot.queues, shares)
     sums = _HeldSums()
     keys_of: dict[str, tuple[TypedKey, ...]] = {}
+    # Groups without typed limits above their queue and with every pod on a known
+    # node are summed per leaf first (from each group's own sum), then rolled up.
+    per_leaf: dict[tuple[str, bool], dict[str, float]] = {}
     for group in snapshot.pod_groups.values():
         preemptible = is_preemptible(group, group_priority(group))
         keys = keys_of.get(group.queue)
         if keys is None:
             keys = keys_of[group.queue] = typed_keys(snapshot.queues, group.queue)
-        path = ledger.path(group.queue)
         if not keys and all(pod.node in snapshot.node_index for pod in group.bound):
-            # No typed limit above the queue and every pod on a known node: the
-            # group's own sum stands for its pods.
             if group.bound:
-                sums.add(path, group.bound_requests, NOTHING, preemptible)
+                add_into(per_leaf.setdefault((group.queue, preemptible), {}), group.bound_requests)
             continue
+        path = ledger.path(group.queue)
         for requests, labels in _bound_requests(snapshot, group):
             # No typed limit above the queue: the typed tally is empty for every pod.
             typed = typed_gpus(keys, [(labels, requests[GPU])]) if keys else NOTHING
             sums.add(path, requests, typed, preemptible)
+    for (leaf, preemptible), amounts in per_leaf.items():
+        sums.add(ledger.path(leaf), Resources.from_canonical(amounts), NOTHING, preemptible)
     sums.fill(ledger)
     return ledger
 
@@ -202,8 +205,7 @@ def _bound_requests(
 
 @dataclass
 class _HeldSums:
-    """The ledger's three tallies as plain dicts, added in the order `QueueLedger.add`
-    would (so the floats are identical) and made into vectors once, in `fill`."""
+    """The ledger's three tallies as plain dicts, made into vectors once, in `fill`."""
 
     allocated: dict[str, dict[str, float]] = field(default_factory=dict)
     non_preemptible: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -230,15 +232,21 @@ def _vectors(sums: dict[str, dict[str, float]]) -> dict[str, Resources]:
 
 
 def usage_until(
-    snapshot: Snapshot, spec: SchedulerConfigSpec, previous: UsageState | None, now: float
+    snapshot: Snapshot,
+    spec: SchedulerConfigSpec,
+    previous: UsageState | None,
+    now: float,
+    capacity: Resources | None = None,
 ) -> UsageState:
     """Usage brought up to `now`: the interval since the last cycle integrated at
-    the rate the queues held since then (nothing to integrate after a restart)."""
+    the rate the queues held since then (nothing to integrate after a restart).
+    `capacity` is `cluster_capacity` when the caller has it already."""
     state = previous or usage_from_queues(
         {name: node.usage for name, node in snapshot.queues.nodes.items()}
     )
     elapsed = 0.0 if state.updated_s is None else now - state.updated_s
-    capacity = cluster_capacity(snapshot, spec.schedulerName)
+    if capacity is None:
+        capacity = cluster_capacity(snapshot, spec.schedulerName)
     half_life = seconds(spec.timeBasedFairness.halfLife)
     advanced = advance_usage(state, state.allocated, capacity, elapsed, half_life)
     return dataclasses.replace(advanced, updated_s=now)
@@ -258,8 +266,8 @@ def run_cycle(
     actions, notes = resolve_actions(config, registry or builtin_actions())
     spec = config.spec
     # 1. Usage up to now, then fair shares per resource, top-down.
-    usage = usage_until(snapshot, spec, usage, now)
     capacity = cluster_capacity(snapshot, spec.schedulerName)
+    usage = usage_until(snapshot, spec, usage, now, capacity)
     k = spec.timeBasedFairness.k
     shares = fair_shares(snapshot.queues, leaf_requests(snapshot), capacity, k, usage.queues)
     # 2. What every queue holds now; the actions grow it as they place jobs.

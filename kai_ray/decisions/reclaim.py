@@ -102,7 +102,9 @@ class FairShareBudget(Budget):
         self.asked = [r for r, amount in job.items() if amount > EPSILON]
         self.contested = [r for r in self.asked if r in set(contested)]
         self.job = job
-        self.taken: dict[str, Resources] = {}
+        #: Per queue, the contested amounts taken so far (nothing else is judged).
+        self.taken: dict[str, dict[str, float]] = {}
+        self._below: dict[str, tuple[str, ...]] = {}
 
     def reclaimer_within_share(self) -> bool:
         """With the job added, the reclaimer's leaf stays within its fair share. Every
@@ -122,23 +124,38 @@ class FairShareBudget(Budget):
         )
 
     def take(self, units: Sequence[VictimUnit]) -> bool:
-        taking: dict[str, Resources] = {}
+        if not self.contested:
+            return True  # nothing is judged: every unit may go
+        taking: dict[str, dict[str, float]] = {}
         for unit in units:
-            lca = lowest_common_ancestor(self.ledger, self.leaf, unit.queue)
-            for q in below(self.ledger, unit.queue, lca):
-                taking[q] = taking.get(q, Resources()) + unit.requests
-        if not all(self._may_lose(q, amount) for q, amount in taking.items()):
+            for q in self._victim_side(unit.queue):
+                amounts = taking.setdefault(q, {})
+                for r in self.contested:
+                    amounts[r] = amounts.get(r, 0.0) + unit.requests[r]
+        if not all(self._may_lose(q, amounts) for q, amounts in taking.items()):
             return False
-        for q, amount in taking.items():
-            self.taken[q] = self.taken.get(q, Resources()) + amount
+        for q, amounts in taking.items():
+            taken = self.taken.setdefault(q, {})
+            for r, amount in amounts.items():
+                taken[r] = taken.get(r, 0.0) + amount
         return True
 
-    def _may_lose(self, queue: str, amount: Resources) -> bool:
+    def _victim_side(self, victim_leaf: str) -> tuple[str, ...]:
+        """The victim's queues judged against this reclaimer (below their common ancestor)."""
+        if victim_leaf not in self._below:
+            lca = lowest_common_ancestor(self.ledger, self.leaf, victim_leaf)
+            self._below[victim_leaf] = below(self.ledger, victim_leaf, lca)
+        return self._below[victim_leaf]
+
+    def _may_lose(self, queue: str, amounts: Mapping[str, float]) -> bool:
         held, share = self.ledger.held(queue), self._share(queue)
-        after = held - self.taken.get(queue, Resources()) - amount
+        taken = self.taken.get(queue, {})
         return all(
-            amount[r] <= EPSILON
-            or (held[r] > share[r] + EPSILON and after[r] >= share[r] - EPSILON)
+            amounts[r] <= EPSILON
+            or (
+                held[r] > share[r] + EPSILON
+                and (held[r] - taken.get(r, 0.0)) - amounts[r] >= share[r] - EPSILON
+            )
             for r in self.contested
         )
 

@@ -45,10 +45,16 @@ class StaleGangEvictionAction:
 
     def run(self, ctx: CycleContext) -> None:
         evicted = {evict.pod for evict in ctx.plan.evictions}
+        # Groups no action touched this cycle hold what the snapshot says they hold.
+        touched = {e.group for e in ctx.plan.evictions}
+        touched.update(p.bind.group for p in ctx.transaction.placed.values())
         for group in ctx.snapshot.pod_groups.values():
             if any(pod.scheduler != ctx.config.schedulerName for pod in group.pods):
                 continue  # another scheduler's pods are not ours to evict
-            holding = holding_pods(ctx, group, evicted)
+            if group.key in touched:
+                holding = holding_pods(ctx, group, evicted)
+            else:
+                holding = list(group.bound)
             if is_stale(group, holding):
                 _judge_stale(ctx, group, holding)
             elif stale_since(group) is not None:

@@ -47,6 +47,8 @@ class PodGroupState:
     bound_requests: Resources = field(init=False, repr=False, compare=False)
     #: The highest priority resolved onto any member (0 without members).
     pod_priority: int = field(init=False, repr=False, compare=False)
+    #: The pending pods that would complete the minimum, as placement picks them.
+    missing: tuple[PodState, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         live = tuple(pod for pod in self.pods if not pod.terminal)
@@ -56,6 +58,9 @@ class PodGroupState:
         object.__setattr__(self, "live_requests", _total(live))
         object.__setattr__(self, "bound_requests", _total(bound))
         object.__setattr__(self, "pod_priority", max((p.priority for p in self.pods), default=0))
+        pending = [pod for pod in live if pod.node is None]
+        short = max(self.spec.minMember - (len(live) - len(pending)), 0)
+        object.__setattr__(self, "missing", tuple(pending[:short]))
 
     @property
     def queue(self) -> str:
@@ -126,23 +131,31 @@ def _validated_groups(
 ) -> _Groups:
     groups = _Groups()
     for obj in objects:
-        ref = object_ref(obj, POD_GROUP)
-        key = f"{ref.namespace or 'default'}/{ref.name}"
+        key = _key(obj)
         if key in groups.known:
+            ref = object_ref(obj, POD_GROUP)
             groups.problems.append(Problem(ref, "metadata.name", "listed twice; kept the first"))
             continue
         groups.known.add(key)
         try:
             group = validate(key, obj)
         except ValidationError as err:
-            groups.problems.extend(validation_problems(ref, err))
+            groups.problems.extend(validation_problems(object_ref(obj, POD_GROUP), err))
             continue
         queue_problem = _queue_problem(group.spec.queue, queues)
         if queue_problem:
-            groups.problems.append(Problem(ref, "spec.queue", queue_problem))
+            groups.problems.append(Problem(object_ref(obj, POD_GROUP), "spec.queue", queue_problem))
         else:
             groups.valid[key] = group
     return groups
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    """`namespace/name`, read as `object_ref` reads them (a bad object is still keyed)."""
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping):
+        metadata = {}
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or '<unnamed>'}"
 
 
 def _queue_problem(queue: str, queues: QueueTree) -> str | None:

@@ -85,6 +85,9 @@ class SnapshotMemo:
         self.columns: tuple[str, ...] = ()
         self.used: Matrix = np.zeros((0, 0), dtype=np.float64)
         self.device_free: Matrix = np.zeros((0, 0), dtype=np.float64)
+        #: The free matrix and available flags the last trees were filled from.
+        self.free: Matrix | None = None
+        self.available: npt.NDArray[np.bool_] | None = None
         #: Topology name -> (validated Topology, its layout, the last tree filled in).
         self.layouts: dict[str, tuple[Any, TopologyLayout, TopologyTree | None]] = {}
         self.topologies: ValidatedCache[Any] = ValidatedCache()
@@ -101,3 +104,4 @@ class SnapshotMemo:
             self.used = np.zeros((0, 0), dtype=np.float64)
             self.device_free = np.zeros((0, 0), dtype=np.float64)
             self.layouts.clear()
+            self.free = self.available = None

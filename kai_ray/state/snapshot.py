@@ -314,6 +314,13 @@ def _topologies(
     problems: list[Problem],
 ) -> Mapping[str, TopologyTree]:
     trees: dict[str, TopologyTree] = {}
+    # Nothing freed or taken since the last build: its trees hold as they are.
+    same_free = (
+        memo.free is not None
+        and memo.available is not None
+        and np.array_equal(memo.free, free)
+        and np.array_equal(memo.available, available)
+    )
     for obj in objects:
         ref = object_ref(obj, "Topology")
         try:
@@ -327,9 +334,11 @@ def _topologies(
         kept = memo.layouts.get(ref.name)
         if kept is None or kept[0] is not topology:
             kept = (topology, topology_layout(topology, labels), None)
-        tree = fill_topology_tree(kept[1], free, available, kept[2])
+        tree = kept[2] if same_free and kept[2] is not None else None
+        tree = tree or fill_topology_tree(kept[1], free, available, kept[2])
         memo.layouts[ref.name] = (topology, kept[1], tree)
         trees[topology.metadata.name] = tree
+    memo.free, memo.available = free, available
     return MappingProxyType(trees)
 
 
