@@ -1,0 +1,55 @@
+"""The snapshot memo: a build that keeps a memo equals a fresh build, whatever changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kai_ray.state.memo import SnapshotMemo
+from kai_ray.state.nodes import read_nodes
+from kai_ray.state.pod_states import read_pods
+from kai_ray.state.snapshot import ClusterObjects, Snapshot, assemble_snapshot, build_snapshot
+from tests.builders import make_node, make_pod, make_pod_group, make_queue
+
+
+def _with_memo(objects: ClusterObjects, memo: SnapshotMemo, nodes: Any) -> Snapshot:
+    pods = read_pods(objects.pods)
+    return assemble_snapshot(objects, nodes, pods.pods, list(pods.problems), "kai-ray", memo)
+
+
+def _same(a: Snapshot, b: Snapshot) -> None:
+    assert a.resource_names == b.resource_names
+    np.testing.assert_array_equal(a.used, b.used)
+    np.testing.assert_array_equal(a.gpu_free, b.gpu_free)
+    assert [d.free.tolist() for d in a.gpu_devices] == [d.free.tolist() for d in b.gpu_devices]
+    assert dict(a.pods) == dict(b.pods)
+    assert {k: (g.queue, g.pods) for k, g in a.pod_groups.items()} == {
+        k: (g.queue, g.pods) for k, g in b.pod_groups.items()
+    }
+    assert [p.message for p in a.problems] == [p.message for p in b.problems]
+
+
+def test_a_kept_memo_follows_binds_releases_and_objects_changed_in_place() -> None:
+    nodes = [make_node(f"n{i}").gpus(8).build() for i in range(3)]
+    queues = [make_queue("team").build(), make_queue("other").build()]
+    group = make_pod_group("g").queue("team").min_member(2).build()
+    pods = [make_pod(f"p{i}").gpus(4).group("g").build() for i in range(2)]
+    memo = SnapshotMemo()
+    node_facts = read_nodes(nodes).nodes
+
+    def check() -> Snapshot:
+        objects = ClusterObjects(nodes=nodes, pods=pods, queues=queues, pod_groups=[group])
+        kept = _with_memo(objects, memo, node_facts)
+        _same(kept, build_snapshot(objects))
+        return kept
+
+    assert len(check().pending_pods) == 2
+    pods[0]["spec"]["nodeName"] = "n0"  # bound: a new reading of that pod
+    pods[1]["spec"]["nodeName"] = "n0"
+    bound = check()
+    assert bound.gpu_devices[0].whole_free == 0
+    group["spec"]["queue"] = "other"  # changed in place: validated again
+    assert check().pod_groups["default/g"].queue == "other"
+    del pods[1]  # released
+    assert check().gpu_devices[0].whole_free == 4
