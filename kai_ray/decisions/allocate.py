@@ -35,8 +35,8 @@ from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.plan import GroupStatus
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.groups import PodGroupState
-from kai_ray.state.pod_states import PodState
-from kai_ray.values.resources import GPU, Resources, add_into
+from kai_ray.state.pod_states import PodState, total_requests
+from kai_ray.values.resources import GPU, Resources
 
 if TYPE_CHECKING:
     from kai_ray.decisions.cycle import CycleContext
@@ -49,14 +49,6 @@ def pending_pods(group: PodGroupState) -> list[PodState]:
 def missing_minimum(group: PodGroupState) -> list[PodState]:
     """The pending pods that would complete the group's minimum (as placement picks them)."""
     return list(group.missing)
-
-
-def total(pods: Sequence[PodState]) -> Resources:
-    """The pods' requests summed (in pod order) into one vector."""
-    amounts: dict[str, float] = {}
-    for pod in pods:
-        add_into(amounts, pod.effective_requests)
-    return Resources.from_canonical(amounts)
 
 
 class AllocateAction:
@@ -79,7 +71,7 @@ class _Allocation:
         for group in self.ctx.snapshot.pod_groups.values():
             if pending_pods(group):
                 missing = missing_minimum(group)
-                candidate = Candidate(group, total(missing), group_priority(group))
+                candidate = Candidate(group, total_requests(missing), group_priority(group))
                 if missing:
                     minimums.add(candidate)
                 else:  # its minimum already holds: admitted, extras may follow

@@ -38,14 +38,13 @@ from kai_ray.decisions.admission import (
     typed_keys,
     typed_limit_refusal,
 )
-from kai_ray.decisions.allocate import missing_minimum, total
 from kai_ray.decisions.ordering import group_priority
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.plan import Evict, GroupStatus
 from kai_ray.decisions.transaction import Placement, Transaction
 from kai_ray.state.devices import EPSILON
 from kai_ray.state.groups import PodGroupState
-from kai_ray.state.pod_states import PodState
+from kai_ray.state.pod_states import PodState, total_requests
 from kai_ray.values.config import SchedulerConfigSpec
 from kai_ray.values.resources import GPU, Resources
 
@@ -85,7 +84,7 @@ def _waits(group: PodGroupState, placed: dict[str, Placement]) -> bool:
 def consolidation_for(ctx: CycleContext, group: PodGroupState) -> list[PodGroupState] | None:
     """The gangs to move so that `group` fits, with the moves left in the transaction;
     None (and the transaction as it was) when no move within the bound does it."""
-    request = total(missing_minimum(group))
+    request = total_requests(group.missing)
     preemptible = is_preemptible(group, group_priority(group))
     if refusal(ctx.ledger, group, request, preemptible) or not fits_in_total(ctx, request):
         return None
@@ -120,7 +119,7 @@ def movable_gangs(ctx: CycleContext, target: PodGroupState) -> list[PodGroupStat
 
     def order(gang: PodGroupState) -> tuple[float, float, str]:
         nodes = [ctx.snapshot.node_index[pod.node or ""] for pod in bound_pods(gang)]
-        return (-float(free_gpus[nodes].max()), total(bound_pods(gang))[GPU], gang.key)
+        return (-float(free_gpus[nodes].max()), gang.bound_requests[GPU], gang.key)
 
     return sorted(gangs, key=order)
 

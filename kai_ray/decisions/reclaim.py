@@ -28,13 +28,14 @@ Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kai_ray.decisions.admission import is_preemptible, refusal
-from kai_ray.decisions.allocate import missing_minimum, total
+from kai_ray.decisions.allocate import missing_minimum
 from kai_ray.decisions.ordering import (
     EPSILON,
     Candidate,
@@ -57,7 +58,7 @@ from kai_ray.decisions.victims import (
     victim_units,
 )
 from kai_ray.state.groups import PodGroupState
-from kai_ray.state.pod_states import PodState
+from kai_ray.state.pod_states import PodState, total_requests
 from kai_ray.values.resources import GPU, Resources, add_into
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def contested_resources(groups: Mapping[str, PodGroupState], capacity: Resources
     # Each group's total is summed first, then added: the order the floats always had.
     asked: dict[str, float] = {}
     for group in groups.values():
-        add_into(asked, total(group.live_pods()))
+        add_into(asked, group.live_requests)
     summed = Resources.from_canonical(asked)  # drops zeros, as the vector sum did
     return {r for r, amount in summed.items() if amount > capacity[r] + EPSILON}
 
@@ -260,7 +261,7 @@ def waiting_candidates(ctx: CycleContext) -> WaitingJobs:
     for group in ctx.snapshot.pod_groups.values():
         missing = missing_minimum(group)
         if missing and not any(p.key in ctx.transaction.placed for p in missing):
-            waiting.add(Candidate(group, total(missing), group_priority(group)))
+            waiting.add(Candidate(group, total_requests(missing), group_priority(group)))
     return waiting
 
 
@@ -290,18 +291,6 @@ def _units_of(tx: Transaction, group: PodGroupState, priority: int) -> list[Vict
         tx.memo[key] = victim_units(group, priority, started_at(group))
     units: list[VictimUnit] = tx.memo[key]
     return units
-
-
-def _per_queue(test: Callable[[str], bool]) -> Callable[[str], bool]:
-    """`test`, asked once per queue."""
-    answers: dict[str, bool] = {}
-
-    def ask(queue: str) -> bool:
-        if queue not in answers:
-            answers[queue] = test(queue)
-        return answers[queue]
-
-    return ask
 
 
 def record(
@@ -347,7 +336,7 @@ class ReclaimAction:
         if not budget.reclaimer_within_share():
             return  # no queue may be reclaimed from (and no runtime protection was met)
         protection = Protection(ctx.snapshot.queues, self.which, ctx.now)
-        may_take = _per_queue(budget.reclaimer_may_take_from)
+        may_take = functools.cache(budget.reclaimer_may_take_from)
         units = running_units(ctx, lambda g, _: may_take(g.queue), protection)
         new_budget = lambda: FairShareBudget(ctx.ledger, contested, group.queue, candidate.request)  # noqa: E731
         victims = evict_to_fit(ctx, group, units, new_budget)

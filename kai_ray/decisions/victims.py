@@ -29,8 +29,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kai_ray.state.groups import PodGroupState
-from kai_ray.state.pod_states import PodState
-from kai_ray.values.resources import GPU, Resources, add_into
+from kai_ray.state.pod_states import PodState, total_requests
+from kai_ray.values.resources import GPU, Resources
 
 Matrix = npt.NDArray[np.float64]
 Vector = npt.NDArray[np.float64]
@@ -56,10 +56,7 @@ class VictimUnit:
     gpus: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        amounts: dict[str, float] = {}
-        for pod in self.pods:
-            add_into(amounts, pod.effective_requests)
-        object.__setattr__(self, "requests", Resources.from_canonical(amounts))
+        object.__setattr__(self, "requests", total_requests(self.pods))
         object.__setattr__(self, "gpus", sum(p.requests[GPU] + p.gpu_fraction for p in self.pods))
 
     @property
@@ -92,7 +89,7 @@ class Budget:
 
 def bound_pods(group: PodGroupState) -> list[PodState]:
     """Live members on a node, oldest first."""
-    return [p for p in group.live_pods() if p.node is not None]
+    return list(group.bound)
 
 
 def victim_units(group: PodGroupState, priority: int, started: str) -> list[VictimUnit]:

@@ -15,13 +15,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kai_ray.state.pod_states import PodState
+from kai_ray.state.pod_states import PodState, total_requests
 from kai_ray.state.problems import object_ref, validation_problems
 from kai_ray.state.queues import QueueTree
 from kai_ray.values.api import PodGroup, PodGroupSpec, PodGroupStatus
 from kai_ray.values.errors import ObjectRef, Problem
 from kai_ray.values.names import POD_GROUP_ANNOTATION
-from kai_ray.values.resources import Resources, add_into
+from kai_ray.values.resources import Resources
 from kai_ray.workloads.pods import annotation_field
 
 POD_GROUP = "PodGroup"
@@ -55,8 +55,8 @@ class PodGroupState:
         bound = tuple(pod for pod in live if pod.node is not None)
         object.__setattr__(self, "live", live)
         object.__setattr__(self, "bound", bound)
-        object.__setattr__(self, "live_requests", _total(live))
-        object.__setattr__(self, "bound_requests", _total(bound))
+        object.__setattr__(self, "live_requests", total_requests(live))
+        object.__setattr__(self, "bound_requests", total_requests(bound))
         object.__setattr__(self, "pod_priority", max((p.priority for p in self.pods), default=0))
         pending = [pod for pod in live if pod.node is None]
         short = max(self.spec.minMember - (len(live) - len(pending)), 0)
@@ -74,13 +74,6 @@ class PodGroupState:
 
     def pods_of_subgroup(self, subgroup: str | None) -> tuple[PodState, ...]:
         return tuple(pod for pod in self.pods if pod.subgroup == subgroup)
-
-
-def _total(pods: Sequence[PodState]) -> Resources:
-    amounts: dict[str, float] = {}
-    for pod in pods:
-        add_into(amounts, pod.effective_requests)
-    return Resources.from_canonical(amounts)
 
 
 @dataclass

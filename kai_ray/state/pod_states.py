@@ -14,7 +14,7 @@ from typing import Any
 
 from kai_ray.state.problems import field_problem, object_ref
 from kai_ray.values.errors import InvalidFieldError, ObjectRef, Problem
-from kai_ray.values.resources import GPU, Resources
+from kai_ray.values.resources import GPU, Resources, add_into
 from kai_ray.workloads.pods import (
     GpuShare,
     NodeSelectorTerm,
@@ -115,6 +115,14 @@ class PodState:
             self.node_affinity,
             self.tolerations,
         )
+
+
+def total_requests(pods: Sequence[PodState]) -> Resources:
+    """The pods' effective requests summed (in pod order) into one vector."""
+    amounts: dict[str, float] = {}
+    for pod in pods:
+        add_into(amounts, pod.effective_requests)
+    return Resources.from_canonical(amounts)
 
 
 @dataclass

@@ -28,10 +28,23 @@ def _same(a: Snapshot, b: Snapshot) -> None:
         k: (g.queue, g.pods) for k, g in b.pod_groups.items()
     }
     assert [p.message for p in a.problems] == [p.message for p in b.problems]
+    for name, tree in a.topologies.items():
+        fresh = b.topologies[name]
+        assert tree.domains.keys() == fresh.domains.keys()
+        for key, domain in tree.domains.items():
+            assert domain.free.tolist() == fresh.domains[key].free.tolist(), key
 
 
 def test_a_kept_memo_follows_binds_releases_and_objects_changed_in_place() -> None:
     nodes = [make_node(f"n{i}").gpus(8).build() for i in range(3)]
+    for i, node in enumerate(nodes):
+        node["metadata"]["labels"]["rack"] = f"r{i // 2}"
+    topology = {
+        "apiVersion": "scheduling.kai-ray.io/v1alpha1",
+        "kind": "Topology",
+        "metadata": {"name": "dc"},
+        "spec": {"levels": [{"nodeLabel": "rack"}, {"nodeLabel": "kubernetes.io/hostname"}]},
+    }
     queues = [make_queue("team").build(), make_queue("other").build()]
     group = make_pod_group("g").queue("team").min_member(2).build()
     pods = [make_pod(f"p{i}").gpus(4).group("g").build() for i in range(2)]
@@ -39,7 +52,9 @@ def test_a_kept_memo_follows_binds_releases_and_objects_changed_in_place() -> No
     node_facts = read_nodes(nodes).nodes
 
     def check() -> Snapshot:
-        objects = ClusterObjects(nodes=nodes, pods=pods, queues=queues, pod_groups=[group])
+        objects = ClusterObjects(
+            nodes=nodes, pods=pods, queues=queues, pod_groups=[group], topologies=[topology]
+        )
         kept = _with_memo(objects, memo, node_facts)
         _same(kept, build_snapshot(objects))
         return kept
@@ -49,7 +64,10 @@ def test_a_kept_memo_follows_binds_releases_and_objects_changed_in_place() -> No
     pods[1]["spec"]["nodeName"] = "n0"
     bound = check()
     assert bound.gpu_devices[0].whole_free == 0
+    assert bound.topologies["dc"].domains["r0"].free[bound.column("gpu")] == 8
     group["spec"]["queue"] = "other"  # changed in place: validated again
     assert check().pod_groups["default/g"].queue == "other"
     del pods[1]  # released
-    assert check().gpu_devices[0].whole_free == 4
+    released = check()
+    assert released.gpu_devices[0].whole_free == 4
+    assert released.topologies["dc"].domains["r0"].free[released.column("gpu")] == 12
