@@ -25,16 +25,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kai_ray.decisions.cycle import CycleResult, run_cycle
-from kai_ray.decisions.plan import Bind, Evict, Plan
-from kai_ray.decisions.stale import stale_condition
+from kai_ray.decisions.plan import Bind, Evict
 from kai_ray.decisions.usage import UsageState
+from kai_ray.effects.binder import Binder
 from kai_ray.effects.reporting import merge_condition
 from kai_ray.sim.accounting import Amounts, QueueAccounting, add_into
 from kai_ray.sim.events import ClusterEvent
 from kai_ray.sim.invariants import BindingLedger, Holding
 from kai_ray.sim.loader import SimInput
 from kai_ray.sim.records import BindingRecord, JobRecord, QueueSample
-from kai_ray.sim.snapshots import SnapshotBuilder
+from kai_ray.sim.writer import SimWriter
+from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, TOPOLOGY, ClusterCache
 from kai_ray.state.snapshot import ClusterObjects, Snapshot
 from kai_ray.values.api import PodGroup, Queue
 from kai_ray.values.clock import SIM_EPOCH_S, VirtualClock, rfc3339
@@ -90,13 +91,15 @@ class Simulation:
         self.released: list[BindingRecord] = []
         self.accounting = QueueAccounting({n: q.spec.parentQueue for n, q in self.queues.items()})
         self.ledger = BindingLedger(self.nodes, sim.topologies)
-        self.snapshots = SnapshotBuilder()
+        #: The one cluster state the operator also keeps, fed with every change.
+        self.cache = ClusterCache(sim.config.spec.schedulerName)
+        self.binder = Binder(SimWriter(self))
         self.cycles = 0
         #: Decayed queue usage, carried from cycle to cycle as the operator persists it.
         self.usage: UsageState | None = None
         self._live: dict[str, _Job] = {}
         self._holdings: dict[str, Holding] = {}
-        self._dumps = self._dump_queues_and_topologies()
+        self._feed_cluster()
         self._events: list[_Event] = []
         self._seq = 0
         self._cycle_at: float | None = None
@@ -175,9 +178,11 @@ class Simulation:
         for pod in job.pods:
             pod.setdefault("metadata", {})["creationTimestamp"] = stamp
             self.pods[pod_key(pod)] = pod
+            self.cache.upsert(pod, POD)
             if pod_node(pod) is not None:  # bound by another scheduler already
                 self._hold(pod_key(pod), Holding(str(pod_node(pod)), pod_requests(pod)))
         self.jobs[job.group_key] = self._live[job.group_key] = job
+        self.cache.upsert(job.group, POD_GROUP)
         self._account(job)
         self._schedule_cycle(now)
 
@@ -193,6 +198,7 @@ class Simulation:
             self._forget_pod(pod_key(pod))
             pod.setdefault("status", {})["phase"] = "Succeeded"
         del self._live[group_key]
+        self.cache.delete(POD_GROUP, group_key)
         self.accounting.remove_job(group_key)
         self._schedule_cycle(now)
 
@@ -208,7 +214,7 @@ class Simulation:
 
     def _forget_pod(self, key: str) -> None:
         self.pods.pop(key, None)
-        self.snapshots.pod_changed(key)
+        self.cache.delete(POD, key)
 
     def _recreate(self, key: str, now: float, reason: str) -> None:
         """The pod is gone (evicted, failed); its controller creates it again, pending."""
@@ -220,7 +226,7 @@ class Simulation:
         pod["metadata"].get("annotations", {}).pop(GPU_DEVICES_ANNOTATION, None)
         pod["metadata"]["creationTimestamp"] = _timestamp(now)
         pod.setdefault("status", {})["phase"] = "Pending"
-        self.snapshots.pod_changed(key)
+        self.cache.upsert(pod, POD)
 
     @property
     def _scheduler(self) -> str:
@@ -229,30 +235,20 @@ class Simulation:
     # --------------------------------------------------------------- cycles
 
     def objects(self) -> ClusterObjects:
-        queues, topologies = self._dumps
-        return ClusterObjects(
-            nodes=self.nodes,
-            pods=list(self.pods.values()),
-            pod_groups=[j.group for j in self._live.values()],
-            queues=queues,
-            topologies=topologies,
-            usage=self.usage.queues if self.usage is not None else {},
-        )
+        return self.cache.objects()
 
     def _run_cycle(self) -> None:
         now = self.clock.now()
         self.cycles += 1
-        snapshot = self.snapshots.build(self.objects())
+        snapshot = self.cache.snapshot()
         # The cycle sees Unix time, as in a cluster; objects' timestamps count from the same epoch.
         result = self.cycle_fn(snapshot, self.config, self.cycles, SIM_EPOCH_S + now, self.usage)
         self.usage = result.usage
-        for evict in result.plan.evictions:
-            self._recreate(evict.pod, now, evict.reason)
-        for bind in result.plan.binds:
-            self._bind(bind, now)
+        self.cache.set_usage(result.usage.queues)
+        # The binder applies the plan as in a cluster: evictions, binds, statuses.
+        self.binder.apply(result.plan, snapshot, SIM_EPOCH_S + now)
         touched = self._touched_jobs(result.plan.binds, result.plan.evictions)
         self._update_jobs(touched, result, now)
-        _persist_staleness(result.plan, self._live, SIM_EPOCH_S + now)
         changed = bool(result.plan.binds or result.plan.evictions)
         if changed:
             self._check_invariants(touched)
@@ -268,7 +264,7 @@ class Simulation:
             devices = ",".join(str(d) for d in bind.gpu_devices)
             pod["metadata"].setdefault("annotations", {})[GPU_DEVICES_ANNOTATION] = devices
         pod.setdefault("status", {}).update(phase="Running", startTime=_timestamp(now))
-        self.snapshots.pod_changed(bind.pod)
+        self.cache.upsert(pod, POD)
         requests = pod_requests(pod) + {GPU: bind.gpu_fraction}
         self.bindings[bind.pod] = BindingRecord(
             name=pod["metadata"]["name"],
@@ -343,19 +339,39 @@ class Simulation:
         apply_cluster_event(self, event, self.clock.now())
         self._schedule_cycle(self.clock.now())
 
-    def _dump_queues_and_topologies(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        queues = [q.model_dump(mode="json", exclude_none=True) for q in self.queues.values()]
-        topologies = [t.model_dump(mode="json", exclude_none=True) for t in self.sim.topologies]
-        return queues, topologies
+    def _feed_cluster(self) -> None:
+        """The cluster as the operator's watches would first list it."""
+        for node in self.nodes:
+            self.cache.upsert(node, NODE)
+        for queue in self.queues.values():
+            self.cache.upsert(queue.model_dump(mode="json", exclude_none=True), QUEUE)
+        for topology in self.sim.topologies:
+            self.cache.upsert(topology.model_dump(mode="json", exclude_none=True), TOPOLOGY)
 
     def set_queue(self, queue: Queue) -> None:
         self.queues[queue.metadata.name] = queue
         self.accounting.parents[queue.metadata.name] = queue.spec.parentQueue
-        self._dumps = self._dump_queues_and_topologies()
+        self.cache.upsert(queue.model_dump(mode="json", exclude_none=True), QUEUE)
 
     def set_node(self, index: int, node: dict[str, Any]) -> None:
         self.nodes[index] = node
-        self.snapshots.nodes_changed()
+        self.cache.upsert(node, NODE)
+
+    def persist_group_status(self, group: str, condition: dict[str, str]) -> None:
+        """Keep a condition the plan states on the PodGroup, as the operator's binder
+        does, so that the next cycle's snapshot reads it back."""
+        job = self._live.get(group)
+        if job is None:
+            return
+        status = job.group.setdefault("status", {})
+        status["conditions"] = merge_condition(status.get("conditions"), condition)
+        self.cache.upsert(job.group, POD_GROUP)
+
+    def evict(self, evict: Evict) -> None:
+        self._recreate(evict.pod, self.clock.now(), evict.reason)
+
+    def bind(self, bind: Bind) -> None:
+        self._bind(bind, self.clock.now())
 
     def fail_pod(self, key: str, reason: str) -> None:
         """A bound pod fails: released with `reason`, created again pending; its job follows."""
@@ -388,18 +404,6 @@ def _long_lived_heap() -> Iterator[None]:
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
-
-
-def _persist_staleness(plan: Plan, jobs: Mapping[str, _Job], now: float) -> None:
-    """Keep the `Stale` condition the plan states on the PodGroup, as the binder would,
-    so that the next cycle's snapshot knows since when a gang is below its minimum."""
-    for status in plan.statuses:
-        job = jobs.get(status.group)
-        if status.staleness is None or job is None:
-            continue
-        group_status = job.group.setdefault("status", {})
-        condition = stale_condition(status.staleness, now)
-        group_status["conditions"] = merge_condition(group_status.get("conditions"), condition)
 
 
 def _pending_requests(pod: Mapping[str, Any]) -> Amounts:

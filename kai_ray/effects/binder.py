@@ -1,0 +1,188 @@
+"""The binder: applies a cycle's plan to a cluster through a small writer protocol.
+
+The cycle decides; the binder makes it so, in the order a cluster needs:
+
+1. evictions (each through the writer: the Eviction API in the operator, the
+   workload controller's restart in the simulator), so that room is freed;
+2. binds, gang by gang: the pod's `kai-ray.io/admission` gate lifted first (a
+   gated pod cannot be bound), then its GPU devices recorded, then the bind.
+   Just before a bind the optional `room` check asks whether the node still has
+   room by the latest events (pods of other schedulers, evictions not finished):
+   a bind that would overcommit waits for evicted pods to go, up to a deadline,
+   and is otherwise skipped and left to the next cycle. Binds run in parallel
+   across nodes (`parallelism`), one node's binds in order;
+3. group statuses the plan states (staleness, nominations), persisted on the
+   PodGroup so that the next cycle (or the next operator) reads them back.
+
+Applying the same plan twice is harmless: the writers treat "already bound to
+this node" and "already gone" as done. Write errors are values (`WriteResult`)
+that say whether trying again can help; the binder never raises for them.
+No Kubernetes client here: the writer holds it.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kai_ray.decisions.plan import Bind, Evict, GroupStatus, Plan
+from kai_ray.state.snapshot import Snapshot
+from kai_ray.values.errors import ObjectRef
+from kai_ray.values.names import ADMISSION_GATE, GPU_DEVICES_ANNOTATION
+from kai_ray.workloads.pods import format_device_list
+
+
+class Outcome(enum.Enum):
+    DONE = "done"
+    #: Worth trying again (a conflict, a timeout, the API server busy).
+    RETRY = "retry"
+    #: Trying again cannot help (the pod or node is gone, the request is refused).
+    PERMANENT = "permanent"
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    outcome: Outcome
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.DONE
+
+
+DONE = WriteResult(Outcome.DONE)
+
+
+class ClusterWriter(Protocol):
+    """What the binder needs from a cluster; each call is idempotent."""
+
+    def evict(self, evict: Evict, message: str) -> WriteResult: ...
+
+    def lift_gate(self, pod: str, gate: str) -> WriteResult: ...
+
+    def bind(self, bind: Bind, annotations: Mapping[str, str]) -> WriteResult: ...
+
+    def write_group_status(self, status: GroupStatus, now: float) -> WriteResult: ...
+
+    def record_event(self, ref: ObjectRef, warning: bool, reason: str, message: str) -> None: ...
+
+
+#: Why a bind of pod (key) to node (name) would overcommit the node now; None if it fits.
+RoomCheck = Callable[[str, str], str | None]
+
+
+@dataclass
+class ApplyReport:
+    """What came of one plan: per intent, done or why not."""
+
+    bound: list[Bind] = field(default_factory=list)
+    evicted: list[Evict] = field(default_factory=list)
+    #: Binds not made, with the reason (a skipped coexistence check or a write error).
+    failed: list[tuple[Bind, WriteResult]] = field(default_factory=list)
+    failed_evictions: list[tuple[Evict, WriteResult]] = field(default_factory=list)
+
+
+@dataclass
+class Binder:
+    writer: ClusterWriter
+    #: Checks the live node before each bind (the operator); None trusts the plan.
+    room: RoomCheck | None = None
+    #: Called after each successful bind (the operator assumes it in its cache).
+    on_bound: Callable[[Bind], None] | None = None
+    parallelism: int = 1
+    #: How long a bind onto a node with evictions in the same plan waits for room.
+    eviction_wait_s: float = 0.0
+    sleep: Callable[[float], None] = time.sleep
+
+    def apply(self, plan: Plan, snapshot: Snapshot, now: float) -> ApplyReport:
+        report = ApplyReport()
+        # 1. Evictions first: they make the room some binds need.
+        for evict in plan.evictions:
+            self._evict(evict, report)
+        # 2. Binds, in parallel across nodes, in plan order on each node.
+        freed = {snapshot.pods[e.pod].node for e in report.evicted if e.pod in snapshot.pods}
+        by_node: dict[str, list[Bind]] = {}
+        for bind in plan.binds:
+            by_node.setdefault(bind.node, []).append(bind)
+        batches = [(binds, node in freed) for node, binds in by_node.items()]
+        for done in self._map(lambda b: self._bind_all(b[0], b[1], snapshot), batches):
+            for bind, result in done:
+                if result.ok:
+                    report.bound.append(bind)
+                else:
+                    report.failed.append((bind, result))
+        # 3. What the plan says of each group, kept on its PodGroup.
+        for status in plan.statuses:
+            if status.staleness is not None:
+                self.writer.write_group_status(status, now)
+        return report
+
+    def _map(
+        self,
+        work: Callable[[tuple[list[Bind], bool]], list[tuple[Bind, WriteResult]]],
+        batches: list[tuple[list[Bind], bool]],
+    ) -> Iterable[list[tuple[Bind, WriteResult]]]:
+        if self.parallelism <= 1 or len(batches) <= 1:
+            return map(work, batches)
+        with ThreadPoolExecutor(max_workers=self.parallelism) as pool:
+            return list(pool.map(work, batches))
+
+    def _evict(self, evict: Evict, report: ApplyReport) -> None:
+        message = f"evicted by kai-ray ({evict.reason}) with its gang {evict.group}"
+        result = self.writer.evict(evict, message)
+        if result.ok:
+            report.evicted.append(evict)
+            self.writer.record_event(_pod_ref(evict.pod), False, "Evicted", message)
+        else:
+            report.failed_evictions.append((evict, result))
+
+    def _bind_all(
+        self, binds: list[Bind], wait: bool, snapshot: Snapshot
+    ) -> list[tuple[Bind, WriteResult]]:
+        return [(bind, self._bind(bind, wait, snapshot)) for bind in binds]
+
+    def _bind(self, bind: Bind, wait: bool, snapshot: Snapshot) -> WriteResult:
+        problem = self._room_problem(bind, wait)
+        if problem is not None:
+            result = WriteResult(Outcome.RETRY, f"bind to {bind.node} skipped: {problem}")
+            self.writer.record_event(_pod_ref(bind.pod), True, "FailedBinding", result.message)
+            return result
+        pod = snapshot.pods.get(bind.pod)
+        if pod is not None and ADMISSION_GATE in pod.scheduling_gates:
+            lifted = self.writer.lift_gate(bind.pod, ADMISSION_GATE)
+            if not lifted.ok:
+                return lifted
+        result = self.writer.bind(bind, _bind_annotations(bind))
+        if result.ok:
+            if self.on_bound is not None:
+                self.on_bound(bind)
+            message = f"Successfully assigned {bind.pod} to {bind.node}"
+            self.writer.record_event(_pod_ref(bind.pod), False, "Scheduled", message)
+        else:
+            self.writer.record_event(_pod_ref(bind.pod), True, "FailedBinding", result.message)
+        return result
+
+    def _room_problem(self, bind: Bind, wait: bool) -> str | None:
+        if self.room is None:
+            return None
+        problem = self.room(bind.pod, bind.node)
+        deadline = time.monotonic() + (self.eviction_wait_s if wait else 0.0)
+        while problem is not None and time.monotonic() < deadline:
+            self.sleep(0.2)
+            problem = self.room(bind.pod, bind.node)
+        return problem
+
+
+def _bind_annotations(bind: Bind) -> dict[str, str]:
+    if not bind.gpu_devices:
+        return {}
+    return {GPU_DEVICES_ANNOTATION: format_device_list(bind.gpu_devices)}
+
+
+def _pod_ref(key: str) -> ObjectRef:
+    namespace, _, name = key.partition("/")
+    return ObjectRef("Pod", name, namespace)

@@ -1,0 +1,280 @@
+"""The cluster cache: one state fed by events, and the snapshot derived from it.
+
+The operator's watches and the simulator's events feed the same `ClusterCache`
+through `upsert` and `delete`; the cycle reads only the `snapshot()` it builds.
+The cache knows exactly which objects changed, so a snapshot reads again only
+those: nodes after any node changed, a pod after that pod changed. Everything
+after reading (GPU devices, used and free, topology, queue and group trees) is
+`assemble_snapshot`, the code `build_snapshot` runs, handed one `SnapshotMemo`
+from build to build so that only what changed is worked out again; a test holds
+the two to the same snapshots.
+
+Binds the binder made but the watch has not shown yet are held as *assumed*
+(`assume`): the pod is read as bound to that node until the watch brings the
+bound pod or the assumption expires, so the next cycle neither books the node
+twice nor forgets the pod. Expiry is measured on a clock passed in.
+
+Objects are kept as the plain mappings they arrived as, in arrival order (an
+update keeps its place), which is the order the snapshot lists them in.
+Pure: no I/O, no threads; the operator serialises access.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kai_ray.state.memo import SnapshotMemo
+from kai_ray.state.nodes import NodeReading, read_nodes
+from kai_ray.state.pod_states import PodState, read_pod
+from kai_ray.state.snapshot import ClusterObjects, Snapshot, _cyclic_gc_paused, assemble_snapshot
+from kai_ray.values.errors import Problem
+from kai_ray.values.names import GPU_DEVICES_ANNOTATION, SCHEDULER_NAME
+from kai_ray.values.resources import Resources
+from kai_ray.workloads.pods import pod_node, pod_requests
+
+Obj = Mapping[str, Any]
+#: Kinds the snapshot is built from; any other kind is kept as a workload.
+NODE, POD, POD_GROUP, QUEUE, TOPOLOGY = "Node", "Pod", "PodGroup", "Queue", "Topology"
+
+
+def object_key(obj: Obj, kind: str | None = None) -> str:
+    """`namespace/name` for namespaced objects, `name` for cluster-scoped ones."""
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    if (kind or obj.get("kind")) in (NODE, QUEUE, TOPOLOGY):
+        return name
+    return f"{meta.get('namespace') or 'default'}/{name}"
+
+
+@dataclass(frozen=True)
+class Assumed:
+    """A bind not yet seen on the watch: the node and the devices recorded."""
+
+    node: str
+    devices: str
+    expires_at: float
+
+
+class ClusterCache:
+    """Every object the scheduler reads, by kind and key; see the module docstring."""
+
+    def __init__(
+        self,
+        scheduler_name: str = SCHEDULER_NAME,
+        clock: Callable[[], float] | None = None,
+        assume_ttl_s: float = 30.0,
+    ) -> None:
+        self.scheduler_name = scheduler_name
+        self._clock = clock or (lambda: 0.0)
+        self._assume_ttl_s = assume_ttl_s
+        self._objects: dict[str, dict[str, Obj]] = {
+            kind: {} for kind in (NODE, POD, POD_GROUP, QUEUE, TOPOLOGY)
+        }
+        #: Workloads (RayCluster, RayJob, Job, ...) by (kind, key).
+        self.workloads: dict[tuple[str, str], Obj] = {}
+        self.usage: Mapping[str, Mapping[str, float]] = {}
+        self._nodes: NodeReading | None = None
+        self._memo = SnapshotMemo()
+        self._pods: dict[str, tuple[PodState | None, list[Problem]]] = {}
+        self._assumed: dict[str, Assumed] = {}
+        #: Node name -> keys of pods bound there (as stored or assumed).
+        self._on_node: dict[str, set[str]] = {}
+
+    # ------------------------------------------------------------- feeding
+
+    def upsert(self, obj: Obj, kind: str | None = None) -> None:
+        """Add or replace one object (`kind`, else the object's own, says where it goes)."""
+        kind = kind or str(obj.get("kind") or "")
+        key = object_key(obj, kind)
+        if kind not in self._objects:
+            self.workloads[(kind, key)] = obj
+            return
+        if kind == POD:
+            self._unindex(key)
+            self._pods.pop(key, None)
+            assumed = self._assumed.get(key)
+            if assumed is not None and pod_node(obj) is not None:
+                del self._assumed[key]  # the watch caught up with the bind
+        elif kind == NODE:
+            self._nodes = None
+        self._objects[kind][key] = obj
+        if kind == POD:
+            self._index(key)
+
+    def delete(self, kind: str, key: str) -> None:
+        """Forget one object; forgetting what is not there is harmless."""
+        if kind not in self._objects:
+            self.workloads.pop((kind, key), None)
+            return
+        if kind == POD:
+            self._unindex(key)
+            self._pods.pop(key, None)
+            self._assumed.pop(key, None)
+        if self._objects[kind].pop(key, None) is not None and kind == NODE:
+            self._nodes = None
+
+    def replace_all(self, kind: str, objects: list[Obj]) -> None:
+        """The whole list of one kind (a re-list after a watch expired)."""
+        keys = {object_key(obj, kind) for obj in objects}
+        for gone in [key for key, _ in self.items(kind) if key not in keys]:
+            self.delete(kind, gone)
+        for obj in objects:
+            self.upsert(obj, kind)
+
+    def set_usage(self, usage: Mapping[str, Mapping[str, float]]) -> None:
+        self.usage = usage
+
+    # ------------------------------------------------------------ assuming
+
+    def assume(self, key: str, node: str, devices: str = "") -> None:
+        """Read the pod as bound to `node` until the watch shows it (or the TTL ends)."""
+        self._unindex(key)
+        self._assumed[key] = Assumed(node, devices, self._clock() + self._assume_ttl_s)
+        self._pods.pop(key, None)
+        self._index(key)
+
+    def forget_assumed(self, key: str) -> None:
+        """A bind failed: the pod is read as it was stored."""
+        if key in self._assumed:
+            self._unindex(key)
+            del self._assumed[key]
+            self._pods.pop(key, None)
+            self._index(key)
+
+    def _expire_assumed(self) -> None:
+        now = self._clock()
+        for key in [k for k, a in self._assumed.items() if a.expires_at <= now]:
+            self.forget_assumed(key)
+
+    # ------------------------------------------------------------- reading
+
+    def get(self, kind: str, key: str) -> Obj | None:
+        if kind not in self._objects:
+            return self.workloads.get((kind, key))
+        return self._objects[kind].get(key)
+
+    def items(self, kind: str) -> Iterator[tuple[str, Obj]]:
+        if kind in self._objects:
+            yield from self._objects[kind].items()
+        else:
+            yield from ((k, o) for (c, k), o in self.workloads.items() if c == kind)
+
+    def pod(self, key: str) -> Obj | None:
+        """The pod as the cycle reads it (an assumed bind included)."""
+        obj = self._objects[POD].get(key)
+        assumed = self._assumed.get(key)
+        if obj is None or assumed is None or pod_node(obj) is not None:
+            return obj
+        return _with_binding(obj, assumed)
+
+    def objects(self) -> ClusterObjects:
+        pods = self._objects[POD]
+        return ClusterObjects(
+            nodes=list(self._objects[NODE].values()),
+            pods=[self.pod(key) or obj for key, obj in pods.items()],
+            pod_groups=list(self._objects[POD_GROUP].values()),
+            queues=list(self._objects[QUEUE].values()),
+            topologies=list(self._objects[TOPOLOGY].values()),
+            usage=self.usage,
+        )
+
+    def snapshot(self) -> Snapshot:
+        """This cycle's snapshot, reading again only what changed since the last."""
+        self._expire_assumed()
+        with _cyclic_gc_paused():
+            objects = self.objects()
+            if self._nodes is None:
+                self._nodes = read_nodes(objects.nodes)
+            states, problems = self._pod_states()
+            problems = [*self._nodes.problems, *problems]
+            return assemble_snapshot(
+                objects, self._nodes.nodes, states, problems, self.scheduler_name, self._memo
+            )
+
+    def _pod_states(self) -> tuple[list[PodState], list[Problem]]:
+        states: list[PodState] = []
+        problems: list[Problem] = []
+        readings = self._pods
+        for key in self._objects[POD]:
+            cached = readings.get(key)
+            if cached is None:
+                found: list[Problem] = []
+                cached = readings[key] = (read_pod(self.pod(key) or {}, found), found)
+            if cached[0] is not None:
+                states.append(cached[0])
+            problems.extend(cached[1])
+        return states, problems
+
+    # ------------------------------------------------------ live node room
+
+    def room_problem(self, key: str, node: str) -> str | None:
+        """Why binding pod `key` to `node` now would overcommit it, from the latest
+        events (pods of every scheduler, assumed binds included); None if it fits.
+        The binder asks this just before a bind, as the cycle's snapshot is older."""
+        obj = self._objects[NODE].get(node)
+        pod = self._objects[POD].get(key)
+        if obj is None:
+            return f"node {node} is gone"
+        if pod is None:
+            return f"pod {key} is gone"
+        try:
+            asked = pod_requests(pod)
+        except ValueError:
+            return None  # unreadable requests: the snapshot reports the pod
+        free = _allocatable(obj) - self._held_on(node, excluding=key)
+        short = [name for name in asked.insufficient(free) if asked[name] > 0]
+        if short:
+            return f"node {node} has {free[short[0]]:g} {short[0]} free"
+        return None
+
+    def _held_on(self, node: str, excluding: str) -> Resources:
+        total = Resources()
+        for key in self._on_node.get(node, ()):
+            obj = self._objects[POD].get(key)
+            if key == excluding or obj is None or _finished(obj):
+                continue
+            try:
+                total = total + pod_requests(obj)
+            except ValueError:
+                continue
+        return total
+
+    def _index(self, key: str) -> None:
+        obj = self.pod(key)
+        node = pod_node(obj) if obj is not None else None
+        if node is not None:
+            self._on_node.setdefault(node, set()).add(key)
+
+    def _unindex(self, key: str) -> None:
+        obj = self.pod(key)
+        node = pod_node(obj) if obj is not None else None
+        if node is not None:
+            self._on_node.get(node, set()).discard(key)
+
+
+def _with_binding(obj: Obj, assumed: Assumed) -> dict[str, Any]:
+    """A copy of the pod as bound by the binder (node and recorded devices)."""
+    meta = dict(obj.get("metadata") or {})
+    if assumed.devices:
+        meta["annotations"] = {
+            **(meta.get("annotations") or {}),
+            GPU_DEVICES_ANNOTATION: assumed.devices,
+        }
+    spec = {**(obj.get("spec") or {}), "nodeName": assumed.node}
+    return {**obj, "metadata": meta, "spec": spec}
+
+
+def _allocatable(node: Obj) -> Resources:
+    status = node.get("status") or {}
+    try:
+        return Resources.parse(
+            status.get("allocatable") or status.get("capacity") or {}, "status.allocatable"
+        )
+    except ValueError:
+        return Resources()
+
+
+def _finished(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")

@@ -1,0 +1,206 @@
+"""The cluster cache: events in, snapshots out; assumed binds; the live room check."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from kai_ray.decisions.plan import Bind, Evict, GroupStatus, Plan
+from kai_ray.effects.binder import DONE, Binder, Outcome, WriteResult
+from kai_ray.state.cache import POD, ClusterCache
+from kai_ray.state.snapshot import build_snapshot
+from kai_ray.values.errors import ObjectRef
+from kai_ray.values.names import ADMISSION_GATE, GPU_DEVICES_ANNOTATION
+
+
+def node(name: str, gpus: int = 8, cpu: str = "64") -> dict[str, Any]:
+    allocatable = {"cpu": cpu, "memory": "512Gi", "nvidia.com/gpu": str(gpus), "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {
+            "capacity": allocatable,
+            "allocatable": allocatable,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def pod(
+    name: str,
+    gpus: int = 1,
+    node_name: str | None = None,
+    scheduler: str = "kai-ray",
+    gates: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}],
+    }
+    if node_name:
+        spec["nodeName"] = node_name
+    if gates:
+        spec["schedulingGates"] = [{"name": gate} for gate in gates]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": spec,
+        "status": {"phase": "Running" if node_name else "Pending"},
+    }
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_snapshot_of_the_cache_is_the_snapshot_of_its_objects() -> None:
+    cache = ClusterCache()
+    for obj in (node("n1"), node("n2"), pod("a", 2, "n1"), pod("b", 1)):
+        cache.upsert(obj)
+    cache.upsert(pod("a", 3, "n1"))  # an update replaces, in place
+    built = build_snapshot(cache.objects())
+    snapshot = cache.snapshot()
+    assert snapshot.node_names == built.node_names == ("n1", "n2")
+    assert snapshot.used.tolist() == built.used.tolist()
+    assert list(snapshot.pods) == list(built.pods) == ["ns/a", "ns/b"]
+    assert snapshot.free[0, snapshot.column("gpu")] == 5
+
+
+def test_a_deleted_pod_frees_its_node_and_a_deleted_node_leaves_the_snapshot() -> None:
+    cache = ClusterCache()
+    for obj in (node("n1"), node("n2"), pod("a", 8, "n1")):
+        cache.upsert(obj)
+    assert cache.snapshot().free[0, 2] == 0
+    cache.delete(POD, "ns/a")
+    cache.delete("Node", "n2")
+    snapshot = cache.snapshot()
+    assert snapshot.node_names == ("n1",)
+    assert snapshot.free[0, 2] == 8
+
+
+def test_replace_all_drops_what_a_relist_no_longer_has() -> None:
+    cache = ClusterCache()
+    for obj in (pod("a"), pod("b"), pod("c")):
+        cache.upsert(obj)
+    cache.replace_all(POD, [pod("b"), pod("d")])
+    assert [key for key, _ in cache.items(POD)] == ["ns/b", "ns/d"]
+
+
+def test_an_assumed_bind_holds_the_node_until_the_watch_shows_it_or_it_expires() -> None:
+    clock = Clock()
+    cache = ClusterCache(clock=clock, assume_ttl_s=30)
+    cache.upsert(node("n1"))
+    cache.upsert(pod("a", 6))
+    cache.assume("ns/a", "n1", "0,1,2,3,4,5")
+    snapshot = cache.snapshot()
+    assert snapshot.pods["ns/a"].node == "n1"
+    assert snapshot.free[0, 2] == 2
+    assert cache.pod("ns/a")["metadata"]["annotations"][GPU_DEVICES_ANNOTATION] == "0,1,2,3,4,5"
+    clock.now = 31  # the watch never showed the bind: the pod is pending again
+    assert cache.snapshot().pods["ns/a"].node is None
+    cache.assume("ns/a", "n1")
+    cache.upsert(pod("a", 6, "n1"))  # the watch caught up: nothing assumed is left
+    clock.now = 100
+    assert cache.snapshot().pods["ns/a"].node == "n1"
+
+
+def test_the_room_check_counts_other_schedulers_and_assumed_binds() -> None:
+    cache = ClusterCache()
+    cache.upsert(node("n1", gpus=8))
+    cache.upsert(pod("theirs", 4, "n1", scheduler="default-scheduler"))
+    cache.upsert(pod("a", 3))
+    cache.upsert(pod("b", 2))
+    assert cache.room_problem("ns/a", "n1") is None
+    cache.assume("ns/a", "n1")
+    assert cache.room_problem("ns/b", "n1") == "node n1 has 1 nvidia.com/gpu free"
+    assert cache.room_problem("ns/b", "gone") == "node gone is gone"
+
+
+# ---------------------------------------------------------------------- the binder
+
+
+class MemoryWriter:
+    """A writer that records calls and fails the pods it is told to."""
+
+    def __init__(self, failing: Mapping[str, WriteResult] | None = None) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.failing = dict(failing or {})
+        self.events: list[tuple[str, str]] = []
+
+    def evict(self, evict: Evict, message: str) -> WriteResult:
+        self.calls.append(("evict", evict.pod))
+        return DONE
+
+    def lift_gate(self, pod: str, gate: str) -> WriteResult:
+        self.calls.append(("lift", pod))
+        return DONE
+
+    def bind(self, bind: Bind, annotations: Mapping[str, str]) -> WriteResult:
+        self.calls.append(("bind", f"{bind.pod}@{bind.node}:{annotations}"))
+        return self.failing.get(bind.pod, DONE)
+
+    def write_group_status(self, status: GroupStatus, now: float) -> WriteResult:
+        self.calls.append(("status", status.group))
+        return DONE
+
+    def record_event(self, ref: ObjectRef, warning: bool, reason: str, message: str) -> None:
+        self.events.append((ref.name, reason))
+
+
+def test_the_binder_evicts_first_lifts_gates_then_binds_with_devices() -> None:
+    cache = ClusterCache()
+    for obj in (node("n1"), pod("v", 8, "n1"), pod("g", 2, gates=(ADMISSION_GATE,))):
+        cache.upsert(obj)
+    plan = Plan(cycle=1)
+    plan.evictions.append(Evict("ns/v", "ns/vg", "reclaim"))
+    plan.binds.append(Bind("ns/g", "ns/pg", "n1", (0, 1)))
+    writer = MemoryWriter()
+    report = Binder(writer).apply(plan, cache.snapshot(), 0.0)
+    assert writer.calls == [
+        ("evict", "ns/v"),
+        ("lift", "ns/g"),
+        ("bind", "ns/g@n1:{'kai-ray.io/gpu-devices': '0,1'}"),
+    ]
+    assert [b.pod for b in report.bound] == ["ns/g"]
+    assert ("v", "Evicted") in writer.events and ("g", "Scheduled") in writer.events
+
+
+@pytest.mark.parametrize(
+    "outcome", [Outcome.RETRY, Outcome.PERMANENT], ids=["a conflict", "the pod is gone"]
+)
+def test_a_failed_bind_is_reported_and_not_assumed(outcome: Outcome) -> None:
+    cache = ClusterCache()
+    for obj in (node("n1"), pod("a"), pod("b")):
+        cache.upsert(obj)
+    plan = Plan(cycle=1)
+    plan.binds += [Bind("ns/a", "ns/pg", "n1"), Bind("ns/b", "ns/pg", "n1")]
+    writer = MemoryWriter({"ns/a": WriteResult(outcome, "409: already bound")})
+    binder = Binder(writer, room=cache.room_problem, on_bound=lambda b: cache.assume(b.pod, b.node))
+    report = binder.apply(plan, cache.snapshot(), 0.0)
+    assert [(b.pod, r.outcome) for b, r in report.failed] == [("ns/a", outcome)]
+    assert [b.pod for b in report.bound] == ["ns/b"]
+    assert cache.snapshot().pods["ns/a"].node is None
+    assert cache.snapshot().pods["ns/b"].node == "n1"
+    assert ("a", "FailedBinding") in writer.events
+
+
+def test_a_bind_that_would_overcommit_the_live_node_is_skipped() -> None:
+    cache = ClusterCache()
+    for obj in (node("n1"), pod("a", 6)):
+        cache.upsert(obj)
+    snapshot = cache.snapshot()  # the cycle saw 8 free GPUs
+    cache.upsert(pod("theirs", 4, "n1", scheduler="default-scheduler"))
+    plan = Plan(cycle=1)
+    plan.binds.append(Bind("ns/a", "ns/pg", "n1"))
+    writer = MemoryWriter()
+    report = Binder(writer, room=cache.room_problem).apply(plan, snapshot, 0.0)
+    assert not report.bound and not [c for c in writer.calls if c[0] == "bind"]
+    assert report.failed[0][1].message == "bind to n1 skipped: node n1 has 4 nvidia.com/gpu free"
