@@ -5,15 +5,19 @@
     make_queue("team-a").parent("root").gpu(quota=8, limit=16).build()
     make_pod_group("pg").queue("team-a").min_member(4).build()
     make_topology("dc").level("block").level("rack").hostname().build()
+    make_job("train").gpus(8).parallelism(4).queue("team-a").runs_for("1h").build()
 
 Every `build()` returns a fresh dict shaped as the API server returns it, so the
 code under test sees exactly what it sees in a cluster. Builders never share
-state between calls.
+state between calls. Odd input goes through `.set(path, value)` on a builder,
+or `patched(obj, path, value)` on any dict; both read paths as `set_field` does.
 """
 
 from __future__ import annotations
 
 import copy
+import re
+from abc import abstractmethod
 from typing import Any, Self
 
 from kai_ray.values.api import API_VERSION, HOSTNAME_LABEL
@@ -22,13 +26,19 @@ from kai_ray.values.names import (
     GPU_FRACTION_ANNOTATION,
     GPU_MEMORY_ANNOTATION,
     POD_GROUP_ANNOTATION,
+    QUEUE_LABEL,
     SCHEDULER_NAME,
+    SIM_DURATION,
+    SIM_SUBMIT_AT,
     SUBGROUP_LABEL,
 )
 from kai_ray.values.resources import GPU, GPU_PRODUCT_LABEL
 
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 Quantity = int | float | str
+#: Passed as the value to `set_field` or `patched`: remove the field instead.
+DELETE: Any = object()
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[([^\]]+)\]")
 
 
 def timestamp(second: int) -> str:
@@ -36,6 +46,31 @@ def timestamp(second: int) -> str:
     minutes, seconds = divmod(second, 60)
     hours, minutes = divmod(minutes, 60)
     return f"2025-01-01T{hours:02d}:{minutes:02d}:{seconds:02d}Z"
+
+
+def set_field(obj: dict[str, Any], path: str, value: Any) -> None:
+    """Set the field at `path` in place, or remove it when `value` is DELETE.
+
+    Paths are written as problems name fields: `spec.workerGroupSpecs[1].minReplicas`,
+    `metadata.labels[kai-ray.io/queue]` (brackets hold a list index or a key with dots).
+    Missing objects on the way are created.
+    """
+    *parents, last = [name or key for name, key in _PATH_PART.findall(path)]
+    target: Any = obj
+    for key in parents:
+        target = target[int(key)] if isinstance(target, list) else target.setdefault(key, {})
+    index: Any = int(last) if isinstance(target, list) else last
+    if value is DELETE:
+        del target[index]
+    else:
+        target[index] = value
+
+
+def patched(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of `obj` with the field at `path` set (or removed) as `set_field` does."""
+    result = copy.deepcopy(obj)
+    set_field(result, path, value)
+    return result
 
 
 class _Builder:
@@ -62,11 +97,7 @@ class _Builder:
 
     def set(self, path: str, value: Any) -> Self:
         """Escape hatch for odd input: `set("spec.priority", -1)` writes any field."""
-        *parents, last = path.split(".")
-        target = self._obj
-        for part in parents:
-            target = target.setdefault(part, {})
-        target[last] = value
+        set_field(self._obj, path, value)
         return self
 
     def build(self) -> dict[str, Any]:
@@ -148,24 +179,20 @@ def make_node(name: str) -> NodeBuilder:
 # --------------------------------------------------------------------- Pod
 
 
-class PodBuilder(_Builder):
-    def __init__(self, name: str, namespace: str) -> None:
-        super().__init__(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {
-                    "schedulerName": SCHEDULER_NAME,
-                    "containers": [{"name": "main", "resources": {}}],
-                },
-                "status": {},
-            }
-        )
+def _new_pod_spec() -> dict[str, Any]:
+    return {"schedulerName": SCHEDULER_NAME, "containers": [{"name": "main", "resources": {}}]}
+
+
+class _PodSpecBuilder(_Builder):
+    """What a pod and a workload's pod template share: the main container's resources."""
+
+    @property
+    @abstractmethod
+    def _pod_spec(self) -> dict[str, Any]: ...
 
     @property
     def _main(self) -> dict[str, Any]:
-        container: dict[str, Any] = self._obj["spec"]["containers"][0]
+        container: dict[str, Any] = self._pod_spec["containers"][0]
         return container
 
     def request(self, name: str, amount: Quantity) -> Self:
@@ -185,6 +212,36 @@ class PodBuilder(_Builder):
     def gpus(self, count: Quantity) -> Self:
         """Whole GPUs, set as a limit as device plugins expect (requests default to it)."""
         return self.limit(GPU, count)
+
+    def scheduler(self, name: str) -> Self:
+        self._pod_spec["schedulerName"] = name
+        return self
+
+    def submitted_at(self, duration: str) -> Self:
+        """When the simulator submits it, e.g. "1h" into the run."""
+        return self.annotate(SIM_SUBMIT_AT, duration)
+
+    def runs_for(self, duration: str) -> Self:
+        """How long the simulator lets it run once started, e.g. "100h"."""
+        return self.annotate(SIM_DURATION, duration)
+
+
+class PodBuilder(_PodSpecBuilder):
+    def __init__(self, name: str, namespace: str) -> None:
+        super().__init__(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": _new_pod_spec(),
+                "status": {},
+            }
+        )
+
+    @property
+    def _pod_spec(self) -> dict[str, Any]:
+        spec: dict[str, Any] = self._obj["spec"]
+        return spec
 
     def container(self, requests: dict[str, Quantity] | None = None, **extra: Any) -> Self:
         name = f"c{len(self._obj['spec']['containers'])}"
@@ -223,10 +280,6 @@ class PodBuilder(_Builder):
         self._obj["status"]["phase"] = phase
         return self
 
-    def scheduler(self, name: str) -> Self:
-        self._obj["spec"]["schedulerName"] = name
-        return self
-
     def group(self, name: str) -> Self:
         return self.annotate(POD_GROUP_ANNOTATION, name)
 
@@ -244,6 +297,42 @@ class PodBuilder(_Builder):
 
 def make_pod(name: str, namespace: str = "default") -> PodBuilder:
     return PodBuilder(name, namespace)
+
+
+# --------------------------------------------------------------------- Job
+
+
+class JobBuilder(_PodSpecBuilder):
+    """A batch/v1 Job; the simulator creates its pods from the template, `parallelism` at once."""
+
+    def __init__(self, name: str, namespace: str) -> None:
+        super().__init__(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"template": {"spec": {**_new_pod_spec(), "restartPolicy": "Never"}}},
+            }
+        )
+
+    @property
+    def _pod_spec(self) -> dict[str, Any]:
+        spec: dict[str, Any] = self._obj["spec"]["template"]["spec"]
+        return spec
+
+    def queue(self, name: str) -> Self:
+        """The queue label, on the pod template as Job users write it."""
+        template = self._obj["spec"]["template"]
+        template.setdefault("metadata", {}).setdefault("labels", {})[QUEUE_LABEL] = name
+        return self
+
+    def parallelism(self, count: int) -> Self:
+        self._obj["spec"]["parallelism"] = count
+        return self
+
+
+def make_job(name: str, namespace: str = "default") -> JobBuilder:
+    return JobBuilder(name, namespace)
 
 
 # --------------------------------------------------------------------- Queue

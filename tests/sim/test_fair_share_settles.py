@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from kai_ray.tools.cli import main
+from tests.builders import make_job, make_queue
 from tests.sim.inputs import gpu_pool_and_config
 
 GPU = "nvidia.com/gpu"
@@ -59,45 +60,16 @@ def _cluster() -> list[dict[str, Any]]:
 
 
 def _queue(name: str) -> dict[str, Any]:
+    """Created in the order listed, so that of two siblings the older comes first."""
     parent, quota, limit, weight, _ = TREE[name]
-    gpu: dict[str, Any] = {"quota": quota, "overQuotaWeight": weight}
-    if limit is not None:
-        gpu["limit"] = limit
-    spec: dict[str, Any] = {"resources": {"gpu": gpu}}
+    queue = make_queue(name).created(list(TREE).index(name)).gpu(quota, limit, weight)
     if parent is not None:
-        spec["parentQueue"] = parent
-    meta = {"name": name, "creationTimestamp": f"2025-01-01T00:00:{len(_order(name)):02d}Z"}
-    return {
-        "apiVersion": "scheduling.kai-ray.io/v1alpha1",
-        "kind": "Queue",
-        "metadata": meta,
-        "spec": spec,
-    }
-
-
-def _order(name: str) -> list[str]:
-    """Queues created in the order they are listed (siblings: the older first)."""
-    return list(TREE)[: list(TREE).index(name)]
+        queue.parent(parent)
+    return queue.build()
 
 
 def _job(queue: str, index: int, pods: int) -> dict[str, Any]:
-    container = {"name": "main", "resources": {"limits": {GPU: 1}, "requests": {GPU: 1}}}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": f"{queue}-{index}", "namespace": "ml"},
-        "spec": {
-            "parallelism": pods,
-            "template": {
-                "metadata": {"labels": {"kai-ray.io/queue": queue}},
-                "spec": {
-                    "schedulerName": "kai-ray",
-                    "restartPolicy": "Never",
-                    "containers": [container],
-                },
-            },
-        },
-    }
+    return make_job(f"{queue}-{index}", "ml").queue(queue).gpus(1).parallelism(pods).build()
 
 
 def single_gpu_jobs(queue: str, wanted: int) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ import yaml
 from kai_ray.sim.engine import Simulation
 from kai_ray.sim.loader import load
 from kai_ray.sim.report import build_report
+from tests.builders import make_job, make_queue
 from tests.sim.inputs import gpu_pool_and_config
 
 GPU = "nvidia.com/gpu"
@@ -27,42 +28,14 @@ WEEK = 7 * 86400.0
 
 
 def _job(name: str, queue: str, pods: int, gpus: int, submit: str, duration: str) -> dict[str, Any]:
-    container = {"name": "main", "resources": {"limits": {GPU: gpus}, "requests": {GPU: gpus}}}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": "ml",
-            "annotations": {
-                "sim.kai-ray.io/submit-at": submit,
-                "sim.kai-ray.io/duration": duration,
-            },
-        },
-        "spec": {
-            "parallelism": pods,
-            "template": {
-                "metadata": {"labels": {"kai-ray.io/queue": queue}},
-                "spec": {
-                    "schedulerName": "kai-ray",
-                    "restartPolicy": "Never",
-                    "containers": [container],
-                },
-            },
-        },
-    }
+    job = make_job(name, "ml").queue(queue).gpus(gpus).parallelism(pods)
+    return job.submitted_at(submit).runs_for(duration).build()
 
 
 def _inputs(folder: Path) -> list[Path]:
     pool, config = gpu_pool_and_config()
     queues = [
-        {
-            "apiVersion": "scheduling.kai-ray.io/v1alpha1",
-            "kind": "Queue",
-            "metadata": {"name": name},
-            "spec": {"resources": {"gpu": {"quota": 16, "overQuotaWeight": 1}}},
-        }
-        for name in ("team-a", "team-b")
+        make_queue(name).gpu(quota=16, over_quota_weight=1).build() for name in ("team-a", "team-b")
     ]
     jobs = [_job(f"b-{i}", "team-b", 2, 4, "0s", "168h") for i in range(8)]
     jobs += [_job(f"a-{i}", "team-a", 1, 8, "1h", "100h") for i in range(4)]

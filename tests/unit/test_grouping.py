@@ -16,14 +16,13 @@ from kai_ray.workloads.grouping import (
     pod_group_name,
     subgroup_name,
 )
+from tests.builders import DELETE, patched
 from tests.unit.workload_builders import (
-    DELETE,
     QUEUE,
     clique,
     cluster_spec,
     fixture,
     job,
-    patched,
     pod,
     podcliqueset,
     podgang,

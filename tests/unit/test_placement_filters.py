@@ -8,7 +8,7 @@ import pytest
 
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
 from tests.builders import make_node, make_pod, make_pod_group
-from tests.unit.test_placement_helpers import cluster, nodes_of, place
+from tests.unit.placement_setup import cluster, nodes_of, place
 
 Obj = dict[str, Any]
 

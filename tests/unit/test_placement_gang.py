@@ -9,7 +9,7 @@ from kai_ray.decisions.placement import place_gang
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.values.config import SchedulerConfigSpec
 from tests.builders import make_node, make_pod_group
-from tests.unit.test_placement_helpers import (
+from tests.unit.placement_setup import (
     cluster,
     extras,
     gang_pods,

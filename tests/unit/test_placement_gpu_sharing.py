@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.builders import make_node, make_pod, make_pod_group
-from tests.unit.test_placement_helpers import cluster, extras, place
+from tests.unit.placement_setup import cluster, extras, place
 
 
 def share_group(*shares: str, memory: bool = False) -> tuple[list[dict], dict]:  # type: ignore[type-arg]

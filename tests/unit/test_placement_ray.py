@@ -19,7 +19,7 @@ from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.config import RayBackend, SchedulerConfigSpec
 from tests.builders import make_node, make_pod, make_pod_group, make_topology
-from tests.unit.test_placement_helpers import cluster
+from tests.unit.placement_setup import cluster
 
 ray = pytest.importorskip("ray")
 

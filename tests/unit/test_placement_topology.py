@@ -8,7 +8,7 @@ import pytest
 
 from kai_ray.decisions.transaction import Transaction
 from tests.builders import make_node, make_pod, make_pod_group, make_topology
-from tests.unit.test_placement_helpers import cluster, gang_pods, place
+from tests.unit.placement_setup import cluster, gang_pods, place
 
 TOPOLOGY = make_topology("dc").level("block").level("rack").hostname().build()
 

@@ -10,7 +10,8 @@ import pytest
 
 from kai_ray.sim.controllers import pods_for_workload
 from kai_ray.workloads.grouping import derive_group, derive_groups, pod_group_name, subgroup_name
-from tests.unit.workload_builders import clique, fixture, job, patched, pod, podcliqueset
+from tests.builders import patched
+from tests.unit.workload_builders import clique, fixture, job, pod, podcliqueset
 
 SUFFIX = "[bcdfghjklmnpqrstvwxz2456789]{5}"
 FIXTURES = [

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-import re
 from pathlib import Path
 from typing import Any
 
@@ -11,28 +9,11 @@ import yaml
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "workloads"
 QUEUE = {"kai-ray.io/queue": "team-a"}
-DELETE = object()
 
 
 def fixture(name: str) -> dict[str, Any]:
     loaded: dict[str, Any] = yaml.safe_load((FIXTURES / name).read_text())
     return loaded
-
-
-def patched(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    """A copy of `obj` with the field at `path` (`spec.a[1].b`) set, or removed with DELETE."""
-    result = copy.deepcopy(obj)
-    keys: list[str | int] = [
-        int(index) if index else name for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", path)
-    ]
-    target: Any = result
-    for key in keys[:-1]:
-        target = target[key]
-    if value is DELETE:
-        del target[keys[-1]]
-    else:
-        target[keys[-1]] = value
-    return result
 
 
 def container(name: str = "main", **requests: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Shared set-up for the placement tests (no tests here): a snapshot, a transaction, one gang."""
+"""Set-up the placement tests share (not a test module): a snapshot, a transaction, one gang."""
 
 from __future__ import annotations
 
