@@ -69,7 +69,7 @@ def pod_group(obj: Mapping[str, Any], source: str | None) -> WorkloadGroup:
     header = WorkloadHeader(obj, "Pod", source)
     spec = header.reader.section(obj, "spec", "", required=True)
     if spec is not EMPTY:
-        header.reader.containers(spec, "spec")
+        header.reader.pod_fields(spec, "spec")
     return header.build(
         f"pod-{header.name}",
         header.queue(),

@@ -14,8 +14,10 @@ from typing import Any
 
 from kai_ray.values.errors import InvalidFieldError, InvalidObjectError, ObjectRef, Problem
 from kai_ray.values.resources import parse_amount
+from kai_ray.workloads.pods import container_requests
 
 EMPTY: Mapping[str, Any] = {}
+RESTART_POLICIES = ("Always", "OnFailure", "Never")
 
 
 def child(path: str, key: str | int) -> str:
@@ -118,6 +120,24 @@ class FieldReader:
             return None
         return value
 
+    def choice(
+        self, parent: Mapping[str, Any], key: str, path: str, allowed: tuple[str, ...]
+    ) -> str | None:
+        """One of `allowed`, or None when absent or wrong."""
+        value = self.text(parent, key, path)
+        if value is not None and value not in allowed:
+            self.problem(child(path, key), f"must be one of {', '.join(allowed)}, got {value!r}")
+            return None
+        return value
+
+    def flag(self, parent: Mapping[str, Any], key: str, path: str) -> bool | None:
+        """A boolean, or None when absent or wrong."""
+        value = parent.get(key)
+        if value is None or isinstance(value, bool):
+            return value
+        self.problem(child(path, key), f"expected true or false, got {value!r}")
+        return None
+
     def string_map(self, parent: Mapping[str, Any], key: str, path: str) -> dict[str, str]:
         """Labels or annotations: string keys to string values; wrong entries are dropped."""
         found: dict[str, str] = {}
@@ -130,19 +150,36 @@ class FieldReader:
         return found
 
     def pod_spec(self, template: Mapping[str, Any], path: str) -> Mapping[str, Any]:
-        """The `spec` of a pod template, checked to have named containers with valid requests."""
+        """The `spec` of a pod template, checked as `pod_fields` checks it."""
         spec = self.section(template, "spec", path, required=True)
         if spec is not EMPTY:
-            self.containers(spec, child(path, "spec"))
+            self.pod_fields(spec, child(path, "spec"))
         return spec
 
-    def containers(self, pod_spec: Mapping[str, Any], path: str) -> None:
+    def pod_fields(self, pod_spec: Mapping[str, Any], path: str) -> None:
+        """A pod spec: the scheduler and restart policy as Kubernetes allows them, containers."""
+        self.text(pod_spec, "schedulerName", path)
+        self.choice(pod_spec, "restartPolicy", path, RESTART_POLICIES)
+        self._containers(pod_spec, path)
+
+    def _containers(self, pod_spec: Mapping[str, Any], path: str) -> None:
         """A pod spec's containers: at least one, each named, requests and limits quantities."""
         for where, container in self.entries(pod_spec, "containers", path, required=True):
+            found = len(self.problems)
             self.text(container, "name", where, required=True)
+            self.text(container, "image", where)
             resources = self.section(container, "resources", where)
             for kind in ("requests", "limits"):
                 self.quantities(resources, kind, child(where, "resources"))
+            if len(self.problems) == found:
+                self._requests(container, where)
+
+    def _requests(self, container: Mapping[str, Any], path: str) -> None:
+        """The rules on a container's requests as a whole: whole GPUs, limits equal requests."""
+        try:
+            container_requests(container, path)
+        except InvalidFieldError as err:
+            self.problem(err.field, err.message)
 
     def quantities(self, parent: Mapping[str, Any], key: str, path: str) -> None:
         for name, value in self.section(parent, key, path).items():

@@ -166,7 +166,7 @@ def _clique_template(header: WorkloadHeader, entry: Mapping[str, Any], path: str
         reader.problem(child(where, "minAvailable"), f"{minimum} is above replicas {replicas}")
     pod_spec = reader.section(spec, "podSpec", where, required=spec is not EMPTY)
     if pod_spec is not EMPTY:
-        reader.containers(pod_spec, child(where, "podSpec"))
+        reader.pod_fields(pod_spec, child(where, "podSpec"))
     topology = _pack(header, entry, path, "pack")
     return CliqueTemplate(path, name, replicas, min(minimum or replicas, replicas), entry, topology)
 

@@ -54,6 +54,9 @@ def rayjob_group(obj: Mapping[str, Any], source: str | None) -> WorkloadGroup:
     """
     header = WorkloadHeader(obj, "RayJob", source)
     spec = header.reader.section(obj, "spec", "", required=True)
+    # Not used, only checked: the API server refuses these fields' other types too.
+    header.reader.text(spec, "entrypoint", "spec")
+    header.reader.flag(spec, "shutdownAfterJobFinishes", "spec")
     if spec and spec.get("rayClusterSpec") is None:
         header.reader.problem("spec.rayClusterSpec", _missing_cluster_spec(spec))
     cluster_spec = header.reader.section(spec, "rayClusterSpec", "spec")
@@ -92,10 +95,17 @@ def _head_template(reader: FieldReader, spec: Mapping[str, Any], path: str) -> M
     if spec is EMPTY:
         return EMPTY
     head = reader.section(spec, "headGroupSpec", path, required=True)
-    where = child(path, "headGroupSpec")
-    template = reader.section(head, "template", where, required=head is not EMPTY)
+    if head is EMPTY:
+        return EMPTY
+    return _group_template(reader, head, child(path, "headGroupSpec"))
+
+
+def _group_template(reader: FieldReader, group: Mapping[str, Any], path: str) -> Mapping[str, Any]:
+    """A head or worker group's pod template, checked; `rayStartParams` a map, as in the CRD."""
+    reader.section(group, "rayStartParams", path)
+    template = reader.section(group, "template", path, required=True)
     if template is not EMPTY:
-        reader.pod_spec(template, child(where, "template"))
+        reader.pod_spec(template, child(path, "template"))
     return template
 
 
@@ -113,7 +123,7 @@ def _worker_group(reader: FieldReader, group: Mapping[str, Any], path: str) -> W
     minimum = reader.count(group, "minReplicas", path, default=0)
     maximum = reader.count(group, "maxReplicas", path, default=MAX_REPLICAS)
     hosts = reader.count(group, "numOfHosts", path, default=1, minimum=1)
-    reader.pod_spec(reader.section(group, "template", path, required=True), child(path, "template"))
+    _group_template(reader, group, path)
     if minimum > maximum:
         reader.problem(child(path, "minReplicas"), f"{minimum} is above maxReplicas {maximum}")
     desired = min(replicas, maximum)

@@ -149,12 +149,20 @@ def container_requests(container: Mapping[str, Any], field: str) -> Resources:
 def _container_amounts(container: Mapping[str, Any], field: str) -> dict[str, float]:
     resources = container.get("resources") or {}
     amounts = _parse_map(resources.get("limits"), f"{field}.resources.limits")
-    amounts.update(_parse_map(resources.get("requests"), f"{field}.resources.requests"))
+    requests = _parse_map(resources.get("requests"), f"{field}.resources.requests")
+    if GPU in amounts and GPU in requests and amounts[GPU] != requests[GPU]:
+        # As the API server has it: devices cannot be overcommitted.
+        raise InvalidFieldError(
+            f"{field}.resources.limits.{GPU}",
+            f"must equal the request ({requests[GPU]:g}), got {amounts[GPU]:g}",
+        )
+    amounts.update(requests)
     whole_gpus = amounts.get(GPU, 0.0)
     if whole_gpus != int(whole_gpus):
         # Device plugins hand out whole devices; a share goes through the annotations.
+        written = "requests" if GPU in requests else "limits"
         raise InvalidFieldError(
-            f"{field}.resources.requests.{GPU}",
+            f"{field}.resources.{written}.{GPU}",
             f"must be a whole number, got {whole_gpus:g}; "
             f"ask for part of a GPU with {GPU_FRACTION_ANNOTATION}",
         )

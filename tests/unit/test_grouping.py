@@ -9,6 +9,7 @@ import pytest
 
 from kai_ray.values.api import TopologyConstraint
 from kai_ray.values.errors import InvalidObjectError
+from kai_ray.values.resources import GPU
 from kai_ray.workloads.grouping import (
     WORKLOAD_KIND_LABEL,
     derive_group,
@@ -530,6 +531,52 @@ CLUSTER = raycluster(worker("a", replicas=1), worker("b", replicas=1))
             "spec.podgroups",
             "at least one",
             id="PodGang without podgroups",
+        ),
+        pytest.param(
+            patched(pod(), "spec.schedulerName", -3),
+            "spec.schedulerName",
+            "expected a string",
+            id="Pod scheduler name not a string",
+        ),
+        pytest.param(
+            patched(job(), "spec.template.spec.restartPolicy", "Sometimes"),
+            "spec.template.spec.restartPolicy",
+            "one of Always, OnFailure, Never",
+            id="Job restart policy not one Kubernetes knows",
+        ),
+        pytest.param(
+            patched(job(), "spec.template.spec.containers[0].image", {}),
+            "spec.template.spec.containers[0].image",
+            "expected a string",
+            id="Job container image not a string",
+        ),
+        pytest.param(
+            patched(
+                job(),
+                "spec.template.spec.containers[0].resources",
+                {"requests": {GPU: 1}, "limits": {GPU: 2}},
+            ),
+            f"spec.template.spec.containers[0].resources.limits.{GPU}",
+            "must equal the request",
+            id="Job container GPU limit and request differ",
+        ),
+        pytest.param(
+            patched(CLUSTER, "spec.workerGroupSpecs[1].rayStartParams", "num-cpus=1"),
+            "spec.workerGroupSpecs[1].rayStartParams",
+            "expected an object",
+            id="RayCluster rayStartParams not a map",
+        ),
+        pytest.param(
+            rayjob({"shutdownAfterJobFinishes": "yes", "rayClusterSpec": cluster_spec()}),
+            "spec.shutdownAfterJobFinishes",
+            "true or false",
+            id="RayJob shutdownAfterJobFinishes not a boolean",
+        ),
+        pytest.param(
+            rayjob({"entrypoint": 1.5, "rayClusterSpec": cluster_spec()}),
+            "spec.entrypoint",
+            "expected a string",
+            id="RayJob entrypoint not a string",
         ),
         pytest.param(
             {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}},

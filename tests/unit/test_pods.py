@@ -122,6 +122,16 @@ def test_pod_requests(pod: dict[str, Any], expected: Resources) -> None:
             id="half a whole GPU is refused: shares go through the annotations",
         ),
         pytest.param(
+            make_pod("p").gpus("1.5").build(),
+            f"spec.containers[0].resources.limits.{GPU}",
+            id="half a whole GPU as a limit alone names the limit",
+        ),
+        pytest.param(
+            make_pod("p").request(GPU, 2).limit(GPU, 1).build(),
+            f"spec.containers[0].resources.limits.{GPU}",
+            id="a GPU limit unlike the request is refused: devices are not overcommitted",
+        ),
+        pytest.param(
             make_pod("p")
             .set("spec.containers", [{"name": "c", "resources": {"requests": 4}}])
             .build(),
