@@ -21,9 +21,11 @@ Pure: no I/O, no threads; the operator serialises access.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from cachetools import TTLCache
 
 from kai_ray.state.memo import SnapshotMemo
 from kai_ray.state.nodes import NodeReading, read_nodes
@@ -54,7 +56,6 @@ class Assumed:
 
     node: str
     devices: str
-    expires_at: float
 
 
 class ClusterCache:
@@ -68,7 +69,6 @@ class ClusterCache:
     ) -> None:
         self.scheduler_name = scheduler_name
         self._clock = clock or (lambda: 0.0)
-        self._assume_ttl_s = assume_ttl_s
         self._objects: dict[str, dict[str, Obj]] = {
             kind: {} for kind in (NODE, POD, POD_GROUP, QUEUE, TOPOLOGY)
         }
@@ -78,7 +78,12 @@ class ClusterCache:
         self._nodes: NodeReading | None = None
         self._memo = SnapshotMemo()
         self._pods: dict[str, tuple[PodState | None, list[Problem]]] = {}
-        self._assumed: dict[str, Assumed] = {}
+        #: Assumed binds expire on their own (a TTL cache on the clock passed in);
+        #: `_assumed_keys` remembers them so that an expiry is noticed and re-read.
+        self._assumed: TTLCache[str, Assumed] = TTLCache(
+            maxsize=1 << 20, ttl=assume_ttl_s, timer=self._clock
+        )
+        self._assumed_keys: set[str] = set()
         #: Node name -> keys of pods bound there (as stored or assumed).
         self._on_node: dict[str, set[str]] = {}
 
@@ -94,9 +99,9 @@ class ClusterCache:
         if kind == POD:
             self._unindex(key)
             self._pods.pop(key, None)
-            assumed = self._assumed.get(key)
-            if assumed is not None and pod_node(obj) is not None:
-                del self._assumed[key]  # the watch caught up with the bind
+            if key in self._assumed_keys and pod_node(obj) is not None:
+                self._assumed.pop(key, None)  # the watch caught up with the bind
+                self._assumed_keys.discard(key)
         elif kind == NODE:
             self._nodes = None
         self._objects[kind][key] = obj
@@ -112,10 +117,11 @@ class ClusterCache:
             self._unindex(key)
             self._pods.pop(key, None)
             self._assumed.pop(key, None)
+            self._assumed_keys.discard(key)
         if self._objects[kind].pop(key, None) is not None and kind == NODE:
             self._nodes = None
 
-    def replace_all(self, kind: str, objects: list[Obj]) -> None:
+    def replace_all(self, kind: str, objects: Sequence[Obj]) -> None:
         """The whole list of one kind (a re-list after a watch expired)."""
         keys = {object_key(obj, kind) for obj in objects}
         for gone in [key for key, _ in self.items(kind) if key not in keys]:
@@ -131,22 +137,27 @@ class ClusterCache:
     def assume(self, key: str, node: str, devices: str = "") -> None:
         """Read the pod as bound to `node` until the watch shows it (or the TTL ends)."""
         self._unindex(key)
-        self._assumed[key] = Assumed(node, devices, self._clock() + self._assume_ttl_s)
+        self._assumed[key] = Assumed(node, devices)
+        self._assumed_keys.add(key)
         self._pods.pop(key, None)
         self._index(key)
 
     def forget_assumed(self, key: str) -> None:
         """A bind failed: the pod is read as it was stored."""
-        if key in self._assumed:
+        if key in self._assumed_keys:
             self._unindex(key)
-            del self._assumed[key]
+            self._assumed.pop(key, None)
+            self._assumed_keys.discard(key)
             self._pods.pop(key, None)
             self._index(key)
 
     def _expire_assumed(self) -> None:
-        now = self._clock()
-        for key in [k for k, a in self._assumed.items() if a.expires_at <= now]:
-            self.forget_assumed(key)
+        self._assumed.expire()
+        for key in [k for k in self._assumed_keys if k not in self._assumed]:
+            self._on_node_drop(key)
+            self._assumed_keys.discard(key)
+            self._pods.pop(key, None)
+            self._index(key)
 
     # ------------------------------------------------------------- reading
 
@@ -246,6 +257,11 @@ class ClusterCache:
         node = pod_node(obj) if obj is not None else None
         if node is not None:
             self._on_node.setdefault(node, set()).add(key)
+
+    def _on_node_drop(self, key: str) -> None:
+        """Take an expired assumption's pod off the node it was assumed on."""
+        for keys in self._on_node.values():
+            keys.discard(key)
 
     def _unindex(self, key: str) -> None:
         obj = self.pod(key)

@@ -14,6 +14,7 @@ from typing import Any
 
 from kai_ray.state.problems import field_problem, object_ref
 from kai_ray.values.errors import InvalidFieldError, ObjectRef, Problem
+from kai_ray.values.names import ADMISSION_GATE
 from kai_ray.values.resources import GPU, Resources, add_into
 from kai_ray.workloads.pods import (
     GpuShare,
@@ -76,6 +77,12 @@ class PodState:
     @property
     def terminal(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def held(self) -> bool:
+        """Held back by another's scheduling gate (Grove's, say): it cannot be bound.
+        kai-ray's own admission gate does not hold it: the binder lifts that one."""
+        return any(gate != ADMISSION_GATE for gate in self.scheduling_gates)
 
     @property
     def uses_gpu(self) -> bool:

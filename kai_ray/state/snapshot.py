@@ -346,7 +346,10 @@ def _pending(pods: Sequence[PodState], scheduler_name: str) -> tuple[PodState, .
     waiting = [
         pod
         for pod in pods
-        if pod.scheduler == scheduler_name and pod.node is None and not pod.terminal
+        if pod.scheduler == scheduler_name
+        and pod.node is None
+        and not pod.terminal
+        and not pod.held
     ]
     return tuple(sorted(waiting, key=lambda pod: (pod.creation_timestamp, pod.key)))
 

@@ -1,0 +1,523 @@
+"""The one module that talks to the Kubernetes API.
+
+- `connect`: an API client from the in-cluster service account or `$KUBECONFIG`;
+- `Informer`: list, then watch, one kind of object, handing plain dicts to a
+  callback (no client models: decoding 20,000 pods into them costs seconds);
+  a watch that expires (`410 Gone`) or breaks is followed by a fresh list that
+  replaces the kind whole, so deletions missed meanwhile are not kept;
+- `KubeWriter`: the binder's writer protocol on the API (Binding, Eviction,
+  gate lifts, PodGroup status, Events), mapping API errors to retry or not;
+- `LeaseElector`: leader election on a `coordination.k8s.io` Lease;
+- small reads and writes the operator needs (PodGroups, statuses, suspend).
+
+Everything else in kai-ray is handed plain objects and never imports the client.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.watch.watch import iter_resp_lines
+
+from kai_ray.decisions.plan import Bind, Evict, GroupStatus
+from kai_ray.decisions.stale import stale_condition
+from kai_ray.effects.binder import DONE, Outcome, WriteResult
+from kai_ray.effects.reporting import merge_condition
+from kai_ray.values.api import GROUP, VERSION
+from kai_ray.values.errors import ObjectRef
+
+LOG = logging.getLogger("kai_ray.kube")
+Obj = dict[str, Any]
+#: Who writes Events and conditions.
+COMPONENT = "kai-ray"
+DISRUPTION_TARGET = "DisruptionTarget"
+MERGE_PATCH = "application/merge-patch+json"
+CRD_BASE = f"/apis/{GROUP}/{VERSION}"
+
+
+class ApiError(Exception):
+    """A request the API server refused; `status` is its HTTP status."""
+
+    def __init__(self, status: int, reason: str, body: str = "") -> None:
+        super().__init__(f"{status} {reason}: {body[:300]}")
+        self.status, self.reason, self.body = status, reason, body
+
+
+def connect(kubeconfig: str | None = None, pool_size: int = 16) -> Rest:
+    """A client: the pod's service account in a cluster, else the kubeconfig."""
+    configuration = client.Configuration()
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, client_configuration=configuration
+        )
+    configuration.connection_pool_maxsize = pool_size
+    return Rest(client.ApiClient(configuration))
+
+
+class Rest:
+    """Plain JSON requests through the client's connection and authentication.
+
+    kai-ray reads and writes plain objects; the client's generated models would
+    decode every pod into Python objects (seconds at 20,000 pods) and refuse
+    some replies outright (a Binding's), so they are not used."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    def raw(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float = 30.0,
+    ) -> Any:
+        """The response, unread (for watches); raises ApiError for a refusal."""
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        request = self.api.param_serialize(
+            method,
+            path,
+            query_params=params,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(*request, _request_timeout=timeout)
+        if not 200 <= response.status < 300:
+            data = response.read()  # type: ignore[no-untyped-call]
+            text = data.decode(errors="replace") if isinstance(data, bytes) else str(data)
+            raise ApiError(response.status, str(response.reason), text)
+        return response
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        """The decoded JSON reply; raises ApiError for a refusal."""
+        data = self.raw(method, path, query, body, content_type).read()
+        return json.loads(data) if data else {}
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# ------------------------------------------------------------------ reading
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind the operator watches: its name, and where to list it cluster-wide."""
+
+    kind: str
+    api_version: str
+    plural: str
+
+    def path(self) -> str:
+        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        return f"{base}/{self.plural}"
+
+
+WATCHED = (
+    Kind("Node", "v1", "nodes"),
+    Kind("Pod", "v1", "pods"),
+    Kind("Queue", f"{GROUP}/{VERSION}", "queues"),
+    Kind("PodGroup", f"{GROUP}/{VERSION}", "podgroups"),
+    Kind("Topology", f"{GROUP}/{VERSION}", "topologies"),
+    Kind("Job", "batch/v1", "jobs"),
+    Kind("RayCluster", "ray.io/v1", "rayclusters"),
+    Kind("RayJob", "ray.io/v1", "rayjobs"),
+)
+
+#: (kind, objects) after a full list; (kind, event type, object) for each change.
+OnList = Callable[[str, list[Obj]], None]
+OnEvent = Callable[[str, str, Obj], None]
+
+
+class Informer(threading.Thread):
+    """Lists one kind, then watches it from that version, until `stop`."""
+
+    def __init__(
+        self,
+        rest: Rest,
+        kind: Kind,
+        on_list: OnList,
+        on_event: OnEvent,
+        stop: threading.Event,
+        page_size: int = 1000,
+    ) -> None:
+        super().__init__(name=f"informer-{kind.plural}", daemon=True)
+        self.rest, self.kind, self.stop = rest, kind, stop
+        self.on_list, self.on_event = on_list, on_event
+        self.page_size = page_size
+        #: Set after the first complete list (readiness).
+        self.synced = threading.Event()
+        #: Why the kind cannot be listed now (a missing CRD, no permission), if so.
+        self.problem: str | None = None
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                version = self._list()
+                self.problem = None
+                self._watch(version)
+            except ApiError as err:
+                self.problem = f"{self.kind.plural}: {err.status} {err.reason}"
+                if err.status in (403, 404):
+                    self.synced.set()  # not installed or not allowed: nothing to wait for
+                LOG.warning("listing %s failed: %s", self.kind.plural, self.problem)
+                self.stop.wait(5.0)
+            except Exception:  # a broken connection: list again after a pause
+                LOG.warning("watch of %s broke; listing again", self.kind.plural, exc_info=True)
+                self.stop.wait(1.0)
+
+    def _list(self) -> str:
+        items: list[Obj] = []
+        token: str | None = None
+        while True:
+            query = {"limit": self.page_size, "continue": token}
+            page = self.rest.call("GET", self.kind.path(), query)
+            items.extend(self._typed(item) for item in page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                break
+        self.on_list(self.kind.kind, items)
+        self.synced.set()
+        return str((page.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _typed(self, obj: Obj) -> Obj:
+        obj.setdefault("kind", self.kind.kind)
+        obj.setdefault("apiVersion", self.kind.api_version)
+        return obj
+
+    def _watch(self, version: str) -> None:
+        while not self.stop.is_set():
+            query = {
+                "watch": "true",
+                "resourceVersion": version,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": 60,
+            }
+            response = self.rest.raw("GET", self.kind.path(), query, timeout=90)
+            for event in _events(response):
+                kind, obj = event.get("type", ""), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        return  # expired: list again
+                    raise RuntimeError(f"watch error: {obj.get('message')}")
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                if kind != "BOOKMARK":
+                    self.on_event(self.kind.kind, kind, self._typed(obj))
+                if self.stop.is_set():
+                    return
+
+
+def _events(response: Any) -> Iterator[dict[str, Any]]:
+    try:
+        for line in iter_resp_lines(response.response):  # type: ignore[no-untyped-call]
+            if line:
+                yield json.loads(line)
+    finally:
+        response.response.release_conn()
+
+
+# ------------------------------------------------------------------ writing
+
+
+def _outcome(err: ApiError) -> Outcome:
+    if err.status in (400, 403, 404, 410, 422):
+        return Outcome.PERMANENT
+    return Outcome.RETRY
+
+
+def _split(key: str) -> tuple[str, str]:
+    namespace, _, name = key.partition("/")
+    return namespace, name
+
+
+def _pod_path(key: str, sub: str = "") -> str:
+    namespace, name = _split(key)
+    return f"/api/v1/namespaces/{namespace}/pods/{name}{sub}"
+
+
+PLURALS = {"PodGroup": "podgroups", "Queue": "queues", "Topology": "topologies"}
+
+
+def crd_path(kind: str, key: str) -> str:
+    """The path of one kai-ray object."""
+    if kind == "PodGroup":
+        namespace, name = _split(key)
+        return f"{CRD_BASE}/namespaces/{namespace}/podgroups/{name}"
+    return f"{CRD_BASE}/{PLURALS[kind]}/{key}"
+
+
+class KubeWriter:
+    """The binder's writer on the API server. `current` reads an object the cache
+    holds (kind, key), so that status patches merge into what is there."""
+
+    def __init__(self, rest: Rest, current: Callable[[str, str], Mapping[str, Any] | None]) -> None:
+        self.rest = rest
+        self.current = current
+
+    def evict(self, evict: Evict, message: str) -> WriteResult:
+        namespace, name = _split(evict.pod)
+        reason = "".join(word.title() for word in evict.reason.split("-"))
+        condition = {
+            "type": DISRUPTION_TARGET,
+            "status": "True",
+            "reason": f"KaiRay{reason}",
+            "message": message,
+            "lastTransitionTime": _now(),
+        }
+        try:
+            pod = self.current("Pod", evict.pod) or {}
+            conditions = merge_condition((pod.get("status") or {}).get("conditions"), condition)
+            patch = {"status": {"conditions": conditions}}
+            self.rest.call(
+                "PATCH", _pod_path(evict.pod, "/status"), body=patch, content_type=MERGE_PATCH
+            )
+            body = {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": name, "namespace": namespace},
+            }
+            self.rest.call("POST", _pod_path(evict.pod, "/eviction"), body=body)
+        except ApiError as err:
+            if err.status == 404:
+                return DONE  # already gone
+            return WriteResult(_outcome(err), f"evicting {evict.pod}: {err.status} {err.reason}")
+        return DONE
+
+    def lift_gate(self, pod: str, gate: str) -> WriteResult:
+        try:
+            live = self.rest.call("GET", _pod_path(pod))
+            gates = (live.get("spec") or {}).get("schedulingGates") or []
+            kept = [g for g in gates if g.get("name") != gate]
+            if len(kept) != len(gates):
+                patch = {"spec": {"schedulingGates": kept}}
+                self.rest.call("PATCH", _pod_path(pod), body=patch, content_type=MERGE_PATCH)
+        except ApiError as err:
+            return WriteResult(_outcome(err), f"lifting {gate} of {pod}: {err.status} {err.reason}")
+        return DONE
+
+    def bind(self, bind: Bind, annotations: Mapping[str, str]) -> WriteResult:
+        namespace, name = _split(bind.pod)
+        try:
+            if annotations:
+                patch = {"metadata": {"annotations": dict(annotations)}}
+                self.rest.call("PATCH", _pod_path(bind.pod), body=patch, content_type=MERGE_PATCH)
+            body = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": name, "namespace": namespace},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": bind.node},
+            }
+            self.rest.call("POST", _pod_path(bind.pod, "/binding"), body=body)
+        except ApiError as err:
+            if err.status == 409 and self._bound_to(bind) == bind.node:
+                return DONE  # applied before (the same plan twice)
+            return WriteResult(_outcome(err), f"binding {bind.pod}: {err.status} {err.reason}")
+        return DONE
+
+    def _bound_to(self, bind: Bind) -> str | None:
+        try:
+            live = self.rest.call("GET", _pod_path(bind.pod))
+        except ApiError:
+            return None
+        return (live.get("spec") or {}).get("nodeName")
+
+    def write_group_status(self, status: GroupStatus, now: float) -> WriteResult:
+        if status.staleness is None:
+            return DONE
+        group = self.current("PodGroup", status.group) or {}
+        conditions = (group.get("status") or {}).get("conditions")
+        merged = merge_condition(conditions, stale_condition(status.staleness, now))
+        return self.patch_status("PodGroup", status.group, {"conditions": merged})
+
+    def patch_status(self, kind: str, key: str, status: Mapping[str, Any]) -> WriteResult:
+        try:
+            self.rest.call(
+                "PATCH",
+                crd_path(kind, key) + "/status",
+                body={"status": status},
+                content_type=MERGE_PATCH,
+            )
+        except ApiError as err:
+            return WriteResult(_outcome(err), f"status of {kind} {key}: {err.status} {err.reason}")
+        return DONE
+
+    def record_event(self, ref: ObjectRef, warning: bool, reason: str, message: str) -> None:
+        namespace = ref.namespace or "default"
+        now = _now()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{ref.name}.", "namespace": namespace},
+            "involvedObject": {
+                "kind": ref.kind,
+                "name": ref.name,
+                "namespace": ref.namespace or "",
+                "apiVersion": "v1" if ref.kind == "Pod" else f"{GROUP}/{VERSION}",
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": COMPONENT},
+            "firstTimestamp": now.split(".")[0] + "Z",
+            "lastTimestamp": now.split(".")[0] + "Z",
+            "count": 1,
+        }
+        try:
+            self.rest.call("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
+        except ApiError as err:
+            LOG.debug("event %s on %s not written: %s", reason, ref, err)
+
+    def create_pod_group(self, body: Mapping[str, Any]) -> WriteResult:
+        namespace = body["metadata"]["namespace"]
+        try:
+            self.rest.call("POST", f"{CRD_BASE}/namespaces/{namespace}/podgroups", body=body)
+        except ApiError as err:
+            if err.status == 409:
+                return DONE  # there already: an explicit PodGroup is never overwritten
+            return WriteResult(_outcome(err), f"creating PodGroup: {err.status} {err.body}")
+        return DONE
+
+    def set_suspend(self, kind: str, key: str, suspend: bool) -> WriteResult:
+        namespace, name = _split(key)
+        plural = {"RayCluster": "rayclusters", "RayJob": "rayjobs"}[kind]
+        path = f"/apis/ray.io/v1/namespaces/{namespace}/{plural}/{name}"
+        try:
+            self.rest.call(
+                "PATCH", path, body={"spec": {"suspend": suspend}}, content_type=MERGE_PATCH
+            )
+        except ApiError as err:
+            return WriteResult(_outcome(err), f"suspend of {kind} {key}: {err.status}")
+        return DONE
+
+
+# ------------------------------------------------------------- leader election
+
+
+class LeaseElector(threading.Thread):
+    """Holds a Lease while it can; `leading` says whether this replica schedules.
+
+    The holder renews every `renew_s`; another replica takes the Lease once it
+    has not been renewed for `duration_s`. Writes carry the Lease's
+    resourceVersion, so two replicas never both win."""
+
+    def __init__(
+        self,
+        rest: Rest,
+        namespace: str,
+        name: str,
+        identity: str,
+        stop: threading.Event,
+        duration_s: int = 10,
+        renew_s: float = 2.0,
+    ) -> None:
+        super().__init__(name="leader-election", daemon=True)
+        self.rest = rest
+        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        self.namespace, self.lease_name, self.identity = namespace, name, identity
+        self.stop, self.duration_s, self.renew_s = stop, duration_s, renew_s
+        self.leading = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                won = self._try()
+            except Exception as err:
+                LOG.warning("lease %s: %s", self.lease_name, err)
+                won = False
+            self._set(won)
+            self.stop.wait(self.renew_s)
+
+    def _set(self, won: bool) -> None:
+        if won != self.leading.is_set():
+            LOG.info("%s the lease %s", "took" if won else "lost", self.lease_name)
+            (self.leading.set if won else self.leading.clear)()
+
+    def _try(self) -> bool:
+        now = dt.datetime.now(dt.UTC)
+        try:
+            lease = self.rest.call("GET", f"{self.path}/{self.lease_name}")
+        except ApiError as err:
+            if err.status != 404:
+                raise
+            body = {"metadata": {"name": self.lease_name}, "spec": self._spec(now, now, 0)}
+            try:
+                self.rest.call("POST", self.path, body=body)
+            except ApiError as race:
+                if race.status == 409:
+                    return False
+                raise
+            return True
+        spec = lease.get("spec") or {}
+        renewed = _time(spec.get("renewTime") or spec.get("acquireTime")) or now
+        expired = (now - renewed).total_seconds() > float(spec.get("leaseDurationSeconds") or 0)
+        holder = spec.get("holderIdentity")
+        mine = holder == self.identity
+        if not mine and not expired and holder:
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0) + (0 if mine else 1)
+        acquired = _time(spec.get("acquireTime")) if mine else None
+        lease["spec"] = self._spec(acquired or now, now, transitions)
+        try:
+            self.rest.call("PUT", f"{self.path}/{self.lease_name}", body=lease)
+        except ApiError as err:
+            if err.status == 409:
+                return False  # another replica wrote first
+            raise
+        return True
+
+    def _spec(self, acquired: dt.datetime, renewed: dt.datetime, transitions: int) -> Obj:
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": self.duration_s,
+            "acquireTime": _micro(acquired),
+            "renewTime": _micro(renewed),
+            "leaseTransitions": transitions,
+        }
+
+    def release(self) -> None:
+        """Give the Lease up on a clean stop, so another replica need not wait it out."""
+        if not self.leading.is_set():
+            return
+        self.leading.clear()
+        try:
+            lease = self.rest.call("GET", f"{self.path}/{self.lease_name}")
+            spec = lease.get("spec") or {}
+            if spec.get("holderIdentity") == self.identity:
+                spec["holderIdentity"] = None
+                self.rest.call("PUT", f"{self.path}/{self.lease_name}", body=lease)
+        except ApiError as err:
+            LOG.debug("lease %s not released: %s", self.lease_name, err)
+
+
+def _micro(moment: dt.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _time(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None

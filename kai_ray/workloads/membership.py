@@ -1,0 +1,125 @@
+"""Which workloads and pods of a live cluster are kai-ray's, and which gang a pod joins.
+
+In the simulator every pod is created already naming its PodGroup. On a cluster
+the workload controllers create pods that say only what their controller says
+(KubeRay's `ray.io/cluster` and `ray.io/group`, the Job controller's
+`batch.kubernetes.io/job-name`), so the operator reads a pod through
+`with_membership`: the pod as it would be had kai-ray's admission webhook
+annotated it (its PodGroup and subgroup written as the simulator writes them).
+The pods of a RayJob's cluster join the RayJob's gang (`rayjob-<name>`), found
+through the RayCluster's owner. Pure: no I/O; the caller hands in the lookups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kai_ray.values.names import ADMISSION_GATE, POD_GROUP_ANNOTATION, SUBGROUP_LABEL
+from kai_ray.workloads.grouping import pod_group_name, subgroup_name
+
+Obj = Mapping[str, Any]
+#: (namespace, RayCluster name) -> the name of the RayJob that owns it, if one does.
+RayJobOf = Callable[[str, str], str | None]
+
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+
+
+def owner_of_kind(obj: Obj, kinds: tuple[str, ...]) -> str | None:
+    """The name of the object's controlling owner when it is one of `kinds`."""
+    for owner in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if isinstance(owner, Mapping) and owner.get("kind") in kinds:
+            return str(owner.get("name") or "") or None
+    return None
+
+
+def with_membership(pod: Obj, rayjob_of: RayJobOf) -> Obj:
+    """The pod with `kai-ray.io/pod-group` and `kai-ray.io/subgroup` written when it
+    does not say them itself; the same object when it does (or nothing is known)."""
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    if pod_group_name_written(annotations):
+        return pod
+    group = pod_group_name(pod)
+    cluster = labels.get(RAY_CLUSTER_LABEL)
+    if cluster:
+        owner = rayjob_of(str(meta.get("namespace") or "default"), str(cluster))
+        group = f"rayjob-{owner}" if owner else group
+    subgroup = subgroup_name(pod)
+    new_labels = {**labels, SUBGROUP_LABEL: subgroup} if subgroup else dict(labels)
+    new_meta = {
+        **meta,
+        "annotations": {**annotations, POD_GROUP_ANNOTATION: group},
+        "labels": new_labels,
+    }
+    return {**pod, "metadata": new_meta}
+
+
+def pod_group_name_written(annotations: Mapping[str, Any]) -> bool:
+    return bool(annotations.get(POD_GROUP_ANNOTATION) or annotations.get("pod-group-name"))
+
+
+def scheduler_names(obj: Obj) -> set[str]:
+    """The `schedulerName` of every pod template of a workload (or of a pod)."""
+    spec = obj.get("spec") or {}
+    kind = obj.get("kind")
+    templates: list[Any] = []
+    if kind == "Pod":
+        return {str(spec.get("schedulerName") or "default-scheduler")}
+    if kind == "Job":
+        templates = [spec.get("template")]
+    elif kind in ("RayCluster", "RayJob"):
+        cluster = spec if kind == "RayCluster" else spec.get("rayClusterSpec") or {}
+        head = (cluster.get("headGroupSpec") or {}).get("template")
+        workers = [w.get("template") for w in cluster.get("workerGroupSpecs") or () if w]
+        templates = [head, *workers]
+    return {
+        str(((t or {}).get("spec") or {}).get("schedulerName") or "default-scheduler")
+        for t in templates
+        if isinstance(t, Mapping)
+    }
+
+
+def needs_derived_group(obj: Obj, scheduler_name: str) -> bool:
+    """Whether kai-ray makes a PodGroup for this workload: its pods are kai-ray's,
+    and no other workload's gang already covers them (a RayJob's cluster, a Job's
+    pods, a pod that names its group)."""
+    if scheduler_name not in scheduler_names(obj):
+        return False
+    kind = obj.get("kind")
+    if kind == "RayCluster":
+        return owner_of_kind(obj, ("RayJob", "RayService")) is None
+    if kind == "Pod":
+        meta = obj.get("metadata") or {}
+        owned = owner_of_kind(obj, ("Job", "RayCluster", "ReplicaSet", "StatefulSet", "PodClique"))
+        labels = meta.get("labels") or {}
+        from_controller = any(key in labels for key in (RAY_CLUSTER_LABEL, "job-name"))
+        written = pod_group_name_written(meta.get("annotations") or {})
+        return owned is None and not from_controller and not written
+    return kind in ("Job", "RayJob")
+
+
+def admission_changes(pod: Obj, scheduler_name: str, rayjob_of: RayJobOf) -> dict[str, Any]:
+    """What the admission webhook writes on a new pod of kai-ray: the gate that holds
+    it until its gang is admitted, and its gang's name when the pod can be named
+    now (a pod with only a generateName and no controller labels is named later).
+    Empty for pods of other schedulers."""
+    spec = pod.get("spec") or {}
+    if spec.get("schedulerName") != scheduler_name:
+        return {}
+    gates = [g for g in spec.get("schedulingGates") or () if isinstance(g, Mapping)]
+    changes: dict[str, Any] = {}
+    if not any(g.get("name") == ADMISSION_GATE for g in gates):
+        changes["schedulingGates"] = [*gates, {"name": ADMISSION_GATE}]
+    meta = pod.get("metadata") or {}
+    named_by_controller = any(
+        key in (meta.get("labels") or {}) for key in (RAY_CLUSTER_LABEL, "job-name")
+    )
+    if not pod_group_name_written(meta.get("annotations") or {}) and (
+        meta.get("name") or named_by_controller
+    ):
+        member = with_membership(pod, rayjob_of)
+        changes["annotations"] = dict((member.get("metadata") or {}).get("annotations") or {})
+        changes["labels"] = dict((member.get("metadata") or {}).get("labels") or {})
+    return changes
