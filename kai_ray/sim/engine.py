@@ -5,7 +5,7 @@ events (`kai_ray.sim.events`) and cycles; a cycle runs on the grid of the cycle
 period at or after each event, and again one period later while it keeps
 changing something (or at the time its plan asks to wake). The engine plays the
 parts a cluster would: the workload controllers create pods (through
-`kai_ray.sim.controllers`) and create them again, pending, when they are evicted
+`kai_ray.workloads.expected_pods`) and create them again, pending, when they are evicted
 or fail; binds take effect at once (pods run as kwok makes them run); a job runs
 `duration` from the moment its whole gang is bound, and starts over when it loses
 its gang; finished workloads release their pods. After each cycle that changed

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from kai_ray.sim.controllers import pods_for_workload
+from kai_ray.workloads.expected_pods import pods_for_workload
 from kai_ray.sim.events import ClusterEvent, check_events
 from kai_ray.sim.nodepool import SIM_API_VERSION, NodePool, expand
 from kai_ray.sim.references import check_references

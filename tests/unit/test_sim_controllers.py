@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kai_ray.sim.controllers import pods_for_workload
+from kai_ray.workloads.expected_pods import pods_for_workload
 from kai_ray.workloads.grouping import derive_group, derive_groups, pod_group_name, subgroup_name
 from tests.builders import patched
 from tests.unit.workload_builders import clique, fixture, job, pod, podcliqueset

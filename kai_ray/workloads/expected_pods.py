@@ -1,4 +1,5 @@
-"""The simulator's stand-ins for the workload controllers (DESIGN.md section 5).
+"""The pods a workload's controller creates: the simulator's stand-ins for the
+workload controllers, and the operator's picture of a suspended workload's gang.
 
 Given a workload and one of the groups `kai_ray.workloads.grouping` derived
 from it, `pods_for_workload` returns the Pods the Job controller, KubeRay or
