@@ -4,14 +4,19 @@ The cycle decides; the binder makes it so, in the order a cluster needs:
 
 1. evictions (each through the writer: the Eviction API in the operator, the
    workload controller's restart in the simulator), so that room is freed;
-2. binds, gang by gang: the pod's `kai-ray.io/admission` gate lifted first (a
+2. admissions: a suspended RayCluster or RayJob appears in the snapshot as the
+   pods it would make (placeholders, see `kai_ray.state.cache`); a plan that
+   places them admits the workload, which the binder releases (`suspend:
+   false`) instead of binding pods that do not exist; its controller then
+   creates the real pods, which the next cycles place;
+3. binds, gang by gang: the pod's `kai-ray.io/admission` gate lifted first (a
    gated pod cannot be bound), then its GPU devices recorded, then the bind.
    Just before a bind the optional `room` check asks whether the node still has
    room by the latest events (pods of other schedulers, evictions not finished):
    a bind that would overcommit waits for evicted pods to go, up to a deadline,
    and is otherwise skipped and left to the next cycle. Binds run in parallel
    across nodes (`parallelism`), one node's binds in order;
-3. group statuses the plan states (staleness, nominations), persisted on the
+4. group statuses the plan states (staleness, nominations), persisted on the
    PodGroup so that the next cycle (or the next operator) reads them back.
 
 Applying the same plan twice is harmless: the writers treat "already bound to
@@ -68,11 +73,15 @@ class ClusterWriter(Protocol):
 
     def write_group_status(self, status: GroupStatus, now: float) -> WriteResult: ...
 
+    def resume_workload(self, kind: str, key: str) -> WriteResult: ...
+
     def record_event(self, ref: ObjectRef, warning: bool, reason: str, message: str) -> None: ...
 
 
 #: Why a bind of pod (key) to node (name) would overcommit the node now; None if it fits.
 RoomCheck = Callable[[str, str], str | None]
+#: The suspended workload (kind, key) a placeholder pod stands for; None for real pods.
+PlaceholderOwner = Callable[[str], tuple[str, str] | None]
 
 
 @dataclass
@@ -80,6 +89,8 @@ class ApplyReport:
     """What came of one plan: per intent, done or why not."""
 
     bound: list[Bind] = field(default_factory=list)
+    #: Suspended workloads released (kind, key).
+    resumed: list[tuple[str, str]] = field(default_factory=list)
     evicted: list[Evict] = field(default_factory=list)
     #: Binds not made, with the reason (a skipped coexistence check or a write error).
     failed: list[tuple[Bind, WriteResult]] = field(default_factory=list)
@@ -93,6 +104,10 @@ class Binder:
     room: RoomCheck | None = None
     #: Called after each successful bind (the operator assumes it in its cache).
     on_bound: Callable[[Bind], None] | None = None
+    #: Tells placeholder pods from real ones (the operator); None: all pods are real.
+    placeholder_owner: PlaceholderOwner | None = None
+    #: Called after a suspended workload is released (the operator assumes it).
+    on_resumed: Callable[[str, str], None] | None = None
     parallelism: int = 1
     #: How long a bind onto a node with evictions in the same plan waits for room.
     eviction_wait_s: float = 0.0
@@ -103,10 +118,12 @@ class Binder:
         # 1. Evictions first: they make the room some binds need.
         for evict in plan.evictions:
             self._evict(evict, report)
-        # 2. Binds, in parallel across nodes, in plan order on each node.
+        # 2. Admissions: placed placeholders release their workload.
+        binds = self._admit(plan.binds, report)
+        # 3. Binds, in parallel across nodes, in plan order on each node.
         freed = {snapshot.pods[e.pod].node for e in report.evicted if e.pod in snapshot.pods}
         by_node: dict[str, list[Bind]] = {}
-        for bind in plan.binds:
+        for bind in binds:
             by_node.setdefault(bind.node, []).append(bind)
         batches = [(binds, node in freed) for node, binds in by_node.items()]
         for done in self._map(lambda b: self._bind_all(b[0], b[1], snapshot), batches):
@@ -115,11 +132,36 @@ class Binder:
                     report.bound.append(bind)
                 else:
                     report.failed.append((bind, result))
-        # 3. What the plan says of each group, kept on its PodGroup.
+        # 4. What the plan says of each group, kept on its PodGroup.
         for status in plan.statuses:
             if status.staleness is not None:
                 self.writer.write_group_status(status, now)
         return report
+
+    def _admit(self, binds: list[Bind], report: ApplyReport) -> list[Bind]:
+        """The real binds; the workloads whose placeholders were placed are released."""
+        if self.placeholder_owner is None:
+            return binds
+        real: list[Bind] = []
+        owners: dict[tuple[str, str], None] = {}
+        for bind in binds:
+            owner = self.placeholder_owner(bind.pod)
+            if owner is None:
+                real.append(bind)
+            else:
+                owners[owner] = None
+        for kind, key in owners:
+            result = self.writer.resume_workload(kind, key)
+            namespace, _, name = key.partition("/")
+            if result.ok:
+                report.resumed.append((kind, key))
+                if self.on_resumed is not None:
+                    self.on_resumed(kind, key)
+                message = f"{kind} {key} admitted: its whole gang fits; released from suspend"
+                self.writer.record_event(
+                    ObjectRef(kind, name, namespace), False, "Admitted", message
+                )
+        return real
 
     def _map(
         self,

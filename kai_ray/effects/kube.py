@@ -398,6 +398,9 @@ class KubeWriter:
             return WriteResult(_outcome(err), f"creating PodGroup: {err.status} {err.body}")
         return DONE
 
+    def resume_workload(self, kind: str, key: str) -> WriteResult:
+        return self.set_suspend(kind, key, False)
+
     def set_suspend(self, kind: str, key: str, suspend: bool) -> WriteResult:
         namespace, name = _split(key)
         plural = {"RayCluster": "rayclusters", "RayJob": "rayjobs"}[kind]

@@ -14,7 +14,6 @@ from typing import Any
 
 import yaml
 
-from kai_ray.workloads.expected_pods import pods_for_workload
 from kai_ray.sim.events import ClusterEvent, check_events
 from kai_ray.sim.nodepool import SIM_API_VERSION, NodePool, expand
 from kai_ray.sim.references import check_references
@@ -24,6 +23,7 @@ from kai_ray.values.errors import InvalidFieldError, InvalidObjectError, ObjectR
 from kai_ray.values.names import POD_GROUP_ANNOTATION, SIM_DURATION, SIM_SUBMIT_AT
 from kai_ray.values.resources import Resources
 from kai_ray.values.validation import object_ref, parse_model
+from kai_ray.workloads.expected_pods import pods_for_workload
 from kai_ray.workloads.grouping import WorkloadGroup, derive_groups
 from kai_ray.workloads.pods import gpu_share, pod_requests
 

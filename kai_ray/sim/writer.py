@@ -48,5 +48,8 @@ class SimWriter:
             self._sim.persist_group_status(status.group, condition)
         return DONE
 
+    def resume_workload(self, kind: str, key: str) -> WriteResult:
+        return DONE  # the simulator creates its workloads' pods unsuspended
+
     def record_event(self, ref: ObjectRef, warning: bool, reason: str, message: str) -> None:
         return None

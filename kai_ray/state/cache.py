@@ -31,9 +31,12 @@ from kai_ray.state.memo import SnapshotMemo
 from kai_ray.state.nodes import NodeReading, read_nodes
 from kai_ray.state.pod_states import PodState, read_pod
 from kai_ray.state.snapshot import ClusterObjects, Snapshot, _cyclic_gc_paused, assemble_snapshot
-from kai_ray.values.errors import Problem
-from kai_ray.values.names import GPU_DEVICES_ANNOTATION, SCHEDULER_NAME
+from kai_ray.values.errors import InvalidObjectError, Problem
+from kai_ray.values.names import GPU_DEVICES_ANNOTATION, PLACEHOLDER_ANNOTATION, SCHEDULER_NAME
 from kai_ray.values.resources import Resources
+from kai_ray.workloads.expected_pods import pods_for_workload
+from kai_ray.workloads.grouping import derive_groups
+from kai_ray.workloads.membership import needs_derived_group
 from kai_ray.workloads.pods import pod_node, pod_requests
 
 Obj = Mapping[str, Any]
@@ -86,6 +89,10 @@ class ClusterCache:
         self._assumed_keys: set[str] = set()
         #: Node name -> keys of pods bound there (as stored or assumed).
         self._on_node: dict[str, set[str]] = {}
+        #: A suspended workload's gang, as the pods its controller will create once
+        #: admitted (pending, marked): (kind, key) -> pods. Placing them is admitting it.
+        self._placeholders: dict[tuple[str, str], list[Obj]] = {}
+        self._placeholder_owner: dict[str, tuple[str, str]] = {}
 
     # ------------------------------------------------------------- feeding
 
@@ -95,6 +102,7 @@ class ClusterCache:
         key = object_key(obj, kind)
         if kind not in self._objects:
             self.workloads[(kind, key)] = obj
+            self._set_placeholders(kind, key, obj)
             return
         if kind == POD:
             self._unindex(key)
@@ -112,6 +120,7 @@ class ClusterCache:
         """Forget one object; forgetting what is not there is harmless."""
         if kind not in self._objects:
             self.workloads.pop((kind, key), None)
+            self._set_placeholders(kind, key, None)
             return
         if kind == POD:
             self._unindex(key)
@@ -128,6 +137,26 @@ class ClusterCache:
             self.delete(kind, gone)
         for obj in objects:
             self.upsert(obj, kind)
+
+    def _set_placeholders(self, kind: str, key: str, obj: Obj | None) -> None:
+        for pod in self._placeholders.pop((kind, key), []):
+            self._pods.pop(object_key(pod, POD), None)
+            self._placeholder_owner.pop(object_key(pod, POD), None)
+        pods = placeholder_pods(obj, self.scheduler_name) if obj is not None else []
+        if pods:
+            self._placeholders[(kind, key)] = pods
+            for pod in pods:
+                self._placeholder_owner[object_key(pod, POD)] = (kind, key)
+
+    def placeholder_owner(self, pod: str) -> tuple[str, str] | None:
+        """The suspended workload (kind, key) a placeholder pod stands for, if it is one."""
+        return self._placeholder_owner.get(pod)
+
+    def assume_resumed(self, kind: str, key: str) -> None:
+        """The binder released a suspended workload: read it so until the watch shows it."""
+        obj = self.workloads.get((kind, key))
+        if obj is not None:
+            self.upsert({**obj, "spec": {**(obj.get("spec") or {}), "suspend": False}}, kind)
 
     def set_usage(self, usage: Mapping[str, Mapping[str, float]]) -> None:
         self.usage = usage
@@ -182,9 +211,10 @@ class ClusterCache:
 
     def objects(self) -> ClusterObjects:
         pods = self._objects[POD]
+        waiting = [pod for group in self._placeholders.values() for pod in group]
         return ClusterObjects(
             nodes=list(self._objects[NODE].values()),
-            pods=[self.pod(key) or obj for key, obj in pods.items()],
+            pods=[*(self.pod(key) or obj for key, obj in pods.items()), *waiting],
             pod_groups=list(self._objects[POD_GROUP].values()),
             queues=list(self._objects[QUEUE].values()),
             topologies=list(self._objects[TOPOLOGY].values()),
@@ -208,11 +238,15 @@ class ClusterCache:
         states: list[PodState] = []
         problems: list[Problem] = []
         readings = self._pods
-        for key in self._objects[POD]:
+        placeholders = {
+            object_key(pod, POD): pod for group in self._placeholders.values() for pod in group
+        }
+        for key in [*self._objects[POD], *placeholders]:
             cached = readings.get(key)
             if cached is None:
                 found: list[Problem] = []
-                cached = readings[key] = (read_pod(self.pod(key) or {}, found), found)
+                obj = self.pod(key) or placeholders.get(key) or {}
+                cached = readings[key] = (read_pod(obj, found), found)
             if cached[0] is not None:
                 states.append(cached[0])
             problems.extend(cached[1])
@@ -268,6 +302,27 @@ class ClusterCache:
         node = pod_node(obj) if obj is not None else None
         if node is not None:
             self._on_node.get(node, set()).discard(key)
+
+
+def placeholder_pods(obj: Obj, scheduler_name: str) -> list[Obj]:
+    """The pods a suspended workload of kai-ray would make, marked as placeholders;
+    none for a running workload, another scheduler's, or one that cannot be read
+    (the operator reports that on the workload)."""
+    if not (obj.get("spec") or {}).get("suspend") or not needs_derived_group(obj, scheduler_name):
+        return []
+    try:
+        groups = derive_groups(obj)
+    except InvalidObjectError:
+        return []
+    pods: list[Obj] = []
+    for group in groups:
+        for pod in pods_for_workload(obj, group):
+            pod["metadata"].setdefault("annotations", {})[PLACEHOLDER_ANNOTATION] = "true"
+            pod["metadata"]["creationTimestamp"] = (obj.get("metadata") or {}).get(
+                "creationTimestamp", ""
+            )
+            pods.append(pod)
+    return pods
 
 
 def _with_binding(obj: Obj, assumed: Assumed) -> dict[str, Any]:

@@ -29,6 +29,8 @@ SUBGROUP_LABEL = "kai-ray.io/subgroup"
 PRIORITY_CLASS_LABEL = "priorityClassName"
 
 ADMISSION_GATE = "kai-ray.io/admission"
+#: On the pods the operator pictures for a suspended workload (never written to a cluster).
+PLACEHOLDER_ANNOTATION = "kai-ray.io/placeholder"
 
 SIM_SUBMIT_AT = "sim.kai-ray.io/submit-at"
 SIM_DURATION = "sim.kai-ray.io/duration"

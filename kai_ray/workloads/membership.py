@@ -15,7 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kai_ray.values.names import ADMISSION_GATE, POD_GROUP_ANNOTATION, SUBGROUP_LABEL
+from kai_ray.values.names import (
+    ADMISSION_GATE,
+    POD_GROUP_ANNOTATION,
+    QUEUE_LABEL,
+    QUEUE_LABEL_ALIASES,
+    SUBGROUP_LABEL,
+    first_of,
+)
 from kai_ray.workloads.grouping import pod_group_name, subgroup_name
 
 Obj = Mapping[str, Any]
@@ -123,3 +130,19 @@ def admission_changes(pod: Obj, scheduler_name: str, rayjob_of: RayJobOf) -> dic
         changes["annotations"] = dict((member.get("metadata") or {}).get("annotations") or {})
         changes["labels"] = dict((member.get("metadata") or {}).get("labels") or {})
     return changes
+
+
+def holds_with_suspend(obj: Obj, scheduler_name: str) -> bool:
+    """Whether admission creates this RayCluster or RayJob suspended: its pods are
+    kai-ray's and it names a queue. A RayJob only with `shutdownAfterJobFinishes`
+    (KubeRay refuses to suspend one without it) and its own cluster spec."""
+    kind = obj.get("kind")
+    if kind not in ("RayCluster", "RayJob") or not needs_derived_group(obj, scheduler_name):
+        return False
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    if not first_of(labels, QUEUE_LABEL, QUEUE_LABEL_ALIASES):
+        return False
+    spec = obj.get("spec") or {}
+    if kind == "RayJob":
+        return spec.get("shutdownAfterJobFinishes") is True and not spec.get("clusterSelector")
+    return True

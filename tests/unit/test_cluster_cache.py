@@ -151,6 +151,10 @@ class MemoryWriter:
         self.calls.append(("status", status.group))
         return DONE
 
+    def resume_workload(self, kind: str, key: str) -> WriteResult:
+        self.calls.append(("resume", f"{kind} {key}"))
+        return DONE
+
     def record_event(self, ref: ObjectRef, warning: bool, reason: str, message: str) -> None:
         self.events.append((ref.name, reason))
 

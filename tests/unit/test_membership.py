@@ -1,0 +1,165 @@
+"""Which workloads and pods are kai-ray's, which gang a pod joins, and admission by suspend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kai_ray.decisions.cycle import run_cycle
+from kai_ray.effects.binder import Binder
+from kai_ray.state.cache import ClusterCache
+from kai_ray.values.config import SchedulerConfig
+from kai_ray.values.names import ADMISSION_GATE, POD_GROUP_ANNOTATION, SUBGROUP_LABEL
+from kai_ray.workloads.grouping import derive_group
+from kai_ray.workloads.membership import (
+    admission_changes,
+    holds_with_suspend,
+    needs_derived_group,
+    with_membership,
+)
+
+from .test_cluster_cache import MemoryWriter, node
+from .workload_builders import job, pod, raycluster, rayjob, template, worker
+
+
+def ours(obj: dict[str, Any]) -> dict[str, Any]:
+    """The workload with every pod template (or the pod) scheduled by kai-ray."""
+    spec = obj["spec"]
+    if obj["kind"] == "Pod":
+        spec["schedulerName"] = "kai-ray"
+        return obj
+    cluster = spec.get("rayClusterSpec", spec)
+    templates = [spec.get("template")] if obj["kind"] == "Job" else []
+    if "headGroupSpec" in cluster:
+        templates += [cluster["headGroupSpec"]["template"]]
+        templates += [w["template"] for w in cluster.get("workerGroupSpecs", [])]
+    for t in templates:
+        t["spec"]["schedulerName"] = "kai-ray"
+    return obj
+
+
+def ray_pod(cluster: str, group: str, owner: str = "RayCluster") -> dict[str, Any]:
+    made = pod(
+        name=f"{cluster}-{group}-x", labels={"ray.io/cluster": cluster, "ray.io/group": group}
+    )
+    made["metadata"]["ownerReferences"] = [{"kind": owner, "name": cluster}]
+    return ours(made)
+
+
+@pytest.mark.parametrize(
+    ("workload", "expected"),
+    [
+        pytest.param(ours(job()), True, id="a Job of kai-ray gets a PodGroup"),
+        pytest.param(job(), False, id="a Job of the default scheduler does not"),
+        pytest.param(
+            ours(rayjob({"rayClusterSpec": {"headGroupSpec": {"template": template()}}})),
+            True,
+            id="a RayJob of kai-ray gets one",
+        ),
+        pytest.param(ours(pod()), True, id="a bare pod of kai-ray is a gang of one"),
+        pytest.param(ray_pod("rc", "headgroup"), False, id="a RayCluster's pod joins its cluster"),
+    ],
+)
+def test_which_workloads_get_a_derived_pod_group(workload: dict[str, Any], expected: bool) -> None:
+    assert needs_derived_group(workload, "kai-ray") is expected
+
+
+def test_a_raycluster_owned_by_a_rayjob_is_covered_by_the_rayjob() -> None:
+    cluster = ours(raycluster(worker("w", replicas=1)))
+    cluster["metadata"]["ownerReferences"] = [{"kind": "RayJob", "name": "rj"}]
+    assert not needs_derived_group(cluster, "kai-ray")
+
+
+def test_a_ray_pod_joins_its_cluster_and_subgroup_or_its_rayjob() -> None:
+    member = with_membership(ray_pod("rc", "gpu-workers"), lambda ns, cluster: None)
+    assert member["metadata"]["annotations"][POD_GROUP_ANNOTATION] == "raycluster-rc"
+    assert member["metadata"]["labels"][SUBGROUP_LABEL] == "gpu-workers"
+    of_job = with_membership(ray_pod("rj-abcde", "headgroup"), lambda ns, cluster: "rj")
+    assert of_job["metadata"]["annotations"][POD_GROUP_ANNOTATION] == "rayjob-rj"
+
+
+def test_a_pod_that_names_its_group_is_left_as_it_is() -> None:
+    named = ours(pod(annotations={POD_GROUP_ANNOTATION: "mine"}))
+    assert with_membership(named, lambda ns, cluster: None) is named
+
+
+def test_the_webhook_gates_pods_of_kai_ray_only_and_names_their_gang() -> None:
+    changes = admission_changes(ray_pod("rc", "headgroup"), "kai-ray", lambda ns, c: None)
+    assert changes["schedulingGates"] == [{"name": ADMISSION_GATE}]
+    assert changes["annotations"][POD_GROUP_ANNOTATION] == "raycluster-rc"
+    assert admission_changes(pod(), "kai-ray", lambda ns, c: None) == {}
+
+
+@pytest.mark.parametrize(
+    ("workload", "held"),
+    [
+        pytest.param(ours(raycluster(worker("w", replicas=1))), True, id="a RayCluster of a queue"),
+        pytest.param(
+            ours(raycluster(worker("w", replicas=1), labels=None)), False, id="one without a queue"
+        ),
+        pytest.param(
+            ours(
+                rayjob(
+                    {
+                        "shutdownAfterJobFinishes": True,
+                        "rayClusterSpec": {"headGroupSpec": {"template": template()}},
+                    }
+                )
+            ),
+            True,
+            id="a RayJob that shuts its cluster down",
+        ),
+        pytest.param(
+            ours(rayjob({"rayClusterSpec": {"headGroupSpec": {"template": template()}}})),
+            False,
+            id="a RayJob KubeRay would refuse to suspend",
+        ),
+    ],
+)
+def test_which_ray_workloads_are_created_suspended(workload: dict[str, Any], held: bool) -> None:
+    assert holds_with_suspend(workload, "kai-ray") is held
+
+
+def test_a_suspended_raycluster_is_admitted_when_its_whole_gang_fits() -> None:
+    gpu = template()
+    gpu["spec"]["containers"][0]["resources"]["requests"] = {"nvidia.com/gpu": "8"}
+    cluster = ours(raycluster(worker("w", replicas=2, minReplicas=2, template=gpu)))
+    cluster["spec"]["suspend"] = True
+    cluster["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    queue = {"kind": "Queue", "metadata": {"name": "team-a"}, "spec": {}}
+    group = derive_group(cluster).pod_group.model_dump(mode="json", exclude_none=True)
+    cache = ClusterCache()
+    for obj in (node("n1"), node("n2"), queue, {**group, "kind": "PodGroup"}, cluster):
+        cache.upsert(obj)
+    snapshot = cache.snapshot()
+    placeholders = [key for key in snapshot.pods if cache.placeholder_owner(key)]
+    assert len(placeholders) == 3  # the head and two workers: nothing exists yet
+    plan = run_cycle(snapshot, SchedulerConfig(), 1, 0.0).plan
+    assert {b.pod for b in plan.binds} == set(placeholders)
+    writer = MemoryWriter()
+    binder = Binder(
+        writer, placeholder_owner=cache.placeholder_owner, on_resumed=cache.assume_resumed
+    )
+    report = binder.apply(plan, snapshot, 0.0)
+    assert report.resumed == [("RayCluster", "ns/rc")]
+    assert [c for c in writer.calls if c[0] == "bind"] == []  # no pod exists to bind
+    assert not [key for key in cache.snapshot().pods if cache.placeholder_owner(key)]
+
+
+def test_a_suspended_raycluster_that_does_not_fit_stays_suspended() -> None:
+    gpu = template()
+    gpu["spec"]["containers"][0]["resources"]["requests"] = {"nvidia.com/gpu": "8"}
+    cluster = ours(raycluster(worker("w", replicas=3, minReplicas=3, template=gpu)))
+    cluster["spec"]["suspend"] = True
+    queue = {"kind": "Queue", "metadata": {"name": "team-a"}, "spec": {}}
+    group = derive_group(cluster).pod_group.model_dump(mode="json", exclude_none=True)
+    cache = ClusterCache()
+    for obj in (node("n1"), node("n2"), queue, {**group, "kind": "PodGroup"}, cluster):
+        cache.upsert(obj)
+    plan = run_cycle(cache.snapshot(), SchedulerConfig(), 1, 0.0).plan
+    assert plan.binds == []
+    report = Binder(MemoryWriter(), placeholder_owner=cache.placeholder_owner).apply(
+        plan, cache.snapshot(), 0.0
+    )
+    assert report.resumed == []
