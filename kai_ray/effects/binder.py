@@ -106,8 +106,9 @@ class Binder:
     on_bound: Callable[[Bind], None] | None = None
     #: Tells placeholder pods from real ones (the operator); None: all pods are real.
     placeholder_owner: PlaceholderOwner | None = None
-    #: Called after a suspended workload is released (the operator assumes it).
-    on_resumed: Callable[[str, str], None] | None = None
+    #: Called after a suspended workload is released, with where its placeholders
+    #: went (pod -> node): the operator assumes it and holds that room.
+    on_resumed: Callable[[str, str, dict[str, str]], None] | None = None
     parallelism: int = 1
     #: How long a bind onto a node with evictions in the same plan waits for room.
     eviction_wait_s: float = 0.0
@@ -143,20 +144,20 @@ class Binder:
         if self.placeholder_owner is None:
             return binds
         real: list[Bind] = []
-        owners: dict[tuple[str, str], None] = {}
+        owners: dict[tuple[str, str], dict[str, str]] = {}
         for bind in binds:
             owner = self.placeholder_owner(bind.pod)
             if owner is None:
                 real.append(bind)
             else:
-                owners[owner] = None
-        for kind, key in owners:
+                owners.setdefault(owner, {})[bind.pod] = bind.node
+        for (kind, key), placed in owners.items():
             result = self.writer.resume_workload(kind, key)
             namespace, _, name = key.partition("/")
             if result.ok:
                 report.resumed.append((kind, key))
                 if self.on_resumed is not None:
-                    self.on_resumed(kind, key)
+                    self.on_resumed(kind, key, placed)
                 message = f"{kind} {key} admitted: its whole gang fits; released from suspend"
                 self.writer.record_event(
                     ObjectRef(kind, name, namespace), False, "Admitted", message

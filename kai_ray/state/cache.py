@@ -32,7 +32,12 @@ from kai_ray.state.nodes import NodeReading, read_nodes
 from kai_ray.state.pod_states import PodState, read_pod
 from kai_ray.state.snapshot import ClusterObjects, Snapshot, _cyclic_gc_paused, assemble_snapshot
 from kai_ray.values.errors import InvalidObjectError, Problem
-from kai_ray.values.names import GPU_DEVICES_ANNOTATION, PLACEHOLDER_ANNOTATION, SCHEDULER_NAME
+from kai_ray.values.names import (
+    GPU_DEVICES_ANNOTATION,
+    PLACEHOLDER_ANNOTATION,
+    POD_GROUP_ANNOTATION,
+    SCHEDULER_NAME,
+)
 from kai_ray.values.resources import Resources
 from kai_ray.workloads.expected_pods import pods_for_workload
 from kai_ray.workloads.grouping import derive_groups
@@ -93,6 +98,12 @@ class ClusterCache:
         #: admitted (pending, marked): (kind, key) -> pods. Placing them is admitting it.
         self._placeholders: dict[tuple[str, str], list[Obj]] = {}
         self._placeholder_owner: dict[str, tuple[str, str]] = {}
+        #: Room held for a workload just released, until its controller has made its
+        #: pods (or `reserve_ttl_s` ends): pods of no gang and no scheduler of ours,
+        #: bound where its placeholders were placed, so that nobody else takes it.
+        self._reserved: dict[tuple[str, str], Reservation] = {}
+        self._released: dict[tuple[str, str], list[Obj]] = {}
+        self.reserve_ttl_s = 60.0
 
     # ------------------------------------------------------------- feeding
 
@@ -121,6 +132,8 @@ class ClusterCache:
         if kind not in self._objects:
             self.workloads.pop((kind, key), None)
             self._set_placeholders(kind, key, None)
+            self._released.pop((kind, key), None)
+            self._reserved.pop((kind, key), None)
             return
         if kind == POD:
             self._unindex(key)
@@ -139,7 +152,10 @@ class ClusterCache:
             self.upsert(obj, kind)
 
     def _set_placeholders(self, kind: str, key: str, obj: Obj | None) -> None:
-        for pod in self._placeholders.pop((kind, key), []):
+        gone = self._placeholders.pop((kind, key), [])
+        if gone:  # kept for `assume_resumed`: the watch may show the release first
+            self._released[(kind, key)] = gone
+        for pod in gone:
             self._pods.pop(object_key(pod, POD), None)
             self._placeholder_owner.pop(object_key(pod, POD), None)
         pods = placeholder_pods(obj, self.scheduler_name) if obj is not None else []
@@ -152,11 +168,43 @@ class ClusterCache:
         """The suspended workload (kind, key) a placeholder pod stands for, if it is one."""
         return self._placeholder_owner.get(pod)
 
-    def assume_resumed(self, kind: str, key: str) -> None:
-        """The binder released a suspended workload: read it so until the watch shows it."""
+    def assume_resumed(self, kind: str, key: str, placed: Mapping[str, str]) -> None:
+        """The binder released a suspended workload whose placeholders were placed on
+        `placed` (pod -> node): read it unsuspended until the watch shows it, and hold
+        that room for its pods until they exist."""
         obj = self.workloads.get((kind, key))
-        if obj is not None:
-            self.upsert({**obj, "spec": {**(obj.get("spec") or {}), "suspend": False}}, kind)
+        if obj is None:
+            return
+        pictured = self._placeholders.get((kind, key)) or self._released.pop((kind, key), [])
+        pods = {object_key(p, POD): p for p in pictured}
+        held = [_reserving(pods[pod], node) for pod, node in placed.items() if pod in pods]
+        groups = {str(p["metadata"]["annotations"][POD_GROUP_ANNOTATION]) for p in pods.values()}
+        namespace = key.partition("/")[0]
+        self._reserved[(kind, key)] = Reservation(
+            [f"{namespace}/{g}" for g in sorted(groups)],
+            len(pods),
+            held,
+            self._clock() + self.reserve_ttl_s,
+        )
+        self.upsert({**obj, "spec": {**(obj.get("spec") or {}), "suspend": False}}, kind)
+
+    def _release_reservations(self) -> None:
+        """Room held for released workloads goes once their pods exist (or in time)."""
+        if not self._reserved:
+            return
+        now = self._clock()
+        made: dict[str, int] = {}
+        for pod_key_, pod in self._objects[POD].items():
+            group = ((pod.get("metadata") or {}).get("annotations") or {}).get(POD_GROUP_ANNOTATION)
+            if group:
+                key = f"{pod_key_.partition('/')[0]}/{group}"
+                made[key] = made.get(key, 0) + 1
+        for owner, held in list(self._reserved.items()):
+            if held.expires_at <= now or sum(made.get(g, 0) for g in held.groups) >= held.pods:
+                del self._reserved[owner]
+                self._released.pop(owner, None)
+                for pod in held.reserving:
+                    self._pods.pop(object_key(pod, POD), None)
 
     def set_usage(self, usage: Mapping[str, Mapping[str, float]]) -> None:
         self.usage = usage
@@ -212,6 +260,7 @@ class ClusterCache:
     def objects(self) -> ClusterObjects:
         pods = self._objects[POD]
         waiting = [pod for group in self._placeholders.values() for pod in group]
+        waiting += [pod for held in self._reserved.values() for pod in held.reserving]
         return ClusterObjects(
             nodes=list(self._objects[NODE].values()),
             pods=[*(self.pod(key) or obj for key, obj in pods.items()), *waiting],
@@ -224,6 +273,7 @@ class ClusterCache:
     def snapshot(self) -> Snapshot:
         """This cycle's snapshot, reading again only what changed since the last."""
         self._expire_assumed()
+        self._release_reservations()
         with _cyclic_gc_paused():
             objects = self.objects()
             if self._nodes is None:
@@ -241,6 +291,8 @@ class ClusterCache:
         placeholders = {
             object_key(pod, POD): pod for group in self._placeholders.values() for pod in group
         }
+        for held in self._reserved.values():
+            placeholders.update((object_key(pod, POD), pod) for pod in held.reserving)
         for key in [*self._objects[POD], *placeholders]:
             cached = readings.get(key)
             if cached is None:
@@ -302,6 +354,30 @@ class ClusterCache:
         node = pod_node(obj) if obj is not None else None
         if node is not None:
             self._on_node.get(node, set()).discard(key)
+
+
+@dataclass
+class Reservation:
+    """Room held for a released workload: its gangs, how many pods it makes, the
+    reserving pods, and when the hold ends regardless."""
+
+    groups: list[str]
+    pods: int
+    reserving: list[Obj]
+    expires_at: float
+
+
+#: The scheduler name of reserving pods: nobody's, so they are only counted.
+RESERVED = "kai-ray.io/reserved"
+
+
+def _reserving(placeholder: Obj, node: str) -> Obj:
+    """A placeholder turned into room held on `node`, in no gang."""
+    meta = dict(placeholder.get("metadata") or {})
+    meta["name"] = f"{meta.get('name')}-reserved"
+    meta["annotations"] = {PLACEHOLDER_ANNOTATION: "true"}
+    spec = {**(placeholder.get("spec") or {}), "nodeName": node, "schedulerName": RESERVED}
+    return {**placeholder, "metadata": meta, "spec": spec, "status": {"phase": "Running"}}
 
 
 def placeholder_pods(obj: Obj, scheduler_name: str) -> list[Obj]:

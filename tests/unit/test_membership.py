@@ -11,6 +11,7 @@ from kai_ray.effects.binder import Binder
 from kai_ray.state.cache import ClusterCache
 from kai_ray.values.config import SchedulerConfig
 from kai_ray.values.names import ADMISSION_GATE, POD_GROUP_ANNOTATION, SUBGROUP_LABEL
+from kai_ray.workloads.expected_pods import pods_for_workload
 from kai_ray.workloads.grouping import derive_group
 from kai_ray.workloads.membership import (
     admission_changes,
@@ -144,7 +145,15 @@ def test_a_suspended_raycluster_is_admitted_when_its_whole_gang_fits() -> None:
     report = binder.apply(plan, snapshot, 0.0)
     assert report.resumed == [("RayCluster", "ns/rc")]
     assert [c for c in writer.calls if c[0] == "bind"] == []  # no pod exists to bind
-    assert not [key for key in cache.snapshot().pods if cache.placeholder_owner(key)]
+    held = cache.snapshot()
+    assert not [key for key in held.pods if cache.placeholder_owner(key)]
+    assert held.free[:, held.column("gpu")].sum() == 0  # its room is held for it
+    assert not held.pending_pods
+    for made in pods_for_workload(cluster, derive_group(cluster)):  # KubeRay makes the pods
+        cache.upsert(made)
+    after = cache.snapshot()
+    assert after.free[:, after.column("gpu")].sum() == 16  # ...and the hold goes
+    assert len(after.pending_pods) == 3
 
 
 def test_a_suspended_raycluster_that_does_not_fit_stays_suspended() -> None:
