@@ -18,6 +18,8 @@
 #                          +4 kube-scheduler, +5 kwok, +6/+7 KubeRay metrics/health
 #   KAI_RAY_E2E_KUBE_SCHEDULER=1  also run kube-scheduler (default: off; kai-ray
 #                          is the scheduler under test)
+#   KAI_RAY_E2E_KUBE_SCHEDULER_QPS=N  kube-scheduler's client QPS and burst (default:
+#                          its own, 50/100; benchmarks lift it to run it at its best)
 #   KAI_RAY_E2E_KUBERAY=0  do not run the KubeRay operator
 set -euo pipefail
 
@@ -259,7 +261,19 @@ up() {
     --kube-api-qps=200 --kube-api-burst=400 --concurrent-gc-syncs=5 --v=1
 
   if [[ "$WITH_SCHEDULER" == 1 ]]; then
-    start kube-scheduler "$k8s/kube-scheduler" \
+    local sched_config=()
+    if [[ -n "${KAI_RAY_E2E_KUBE_SCHEDULER_QPS:-}" ]]; then
+      printf '%s\n' "apiVersion: kubescheduler.config.k8s.io/v1" \
+        "kind: KubeSchedulerConfiguration" \
+        "clientConnection:" \
+        "  kubeconfig: $RUN/kube-scheduler.kubeconfig" \
+        "  qps: $KAI_RAY_E2E_KUBE_SCHEDULER_QPS" \
+        "  burst: $KAI_RAY_E2E_KUBE_SCHEDULER_QPS" \
+        "leaderElection:" \
+        "  leaderElect: false" >"$RUN/kube-scheduler-config.yaml"
+      sched_config=(--config="$RUN/kube-scheduler-config.yaml")
+    fi
+    start kube-scheduler "$k8s/kube-scheduler" "${sched_config[@]}" \
       --kubeconfig="$RUN/kube-scheduler.kubeconfig" \
       --authentication-kubeconfig="$RUN/kube-scheduler.kubeconfig" \
       --authorization-kubeconfig="$RUN/kube-scheduler.kubeconfig" \

@@ -263,12 +263,18 @@ class ClusterCache:
         waiting += [pod for held in self._reserved.values() for pod in held.reserving]
         return ClusterObjects(
             nodes=list(self._objects[NODE].values()),
-            pods=[*(self.pod(key) or obj for key, obj in pods.items()), *waiting],
+            pods=[*self._pods_as_read(pods), *waiting],
             pod_groups=list(self._objects[POD_GROUP].values()),
             queues=list(self._objects[QUEUE].values()),
             topologies=list(self._objects[TOPOLOGY].values()),
             usage=self.usage,
         )
+
+    def _pods_as_read(self, pods: Mapping[str, Obj]) -> list[Obj]:
+        if not self._assumed_keys:
+            return list(pods.values())
+        assumed = self._assumed_keys
+        return [self.pod(key) or obj if key in assumed else obj for key, obj in pods.items()]
 
     def snapshot(self) -> Snapshot:
         """This cycle's snapshot, reading again only what changed since the last."""
@@ -297,7 +303,7 @@ class ClusterCache:
             cached = readings.get(key)
             if cached is None:
                 found: list[Problem] = []
-                obj = self.pod(key) or placeholders.get(key) or {}
+                obj = self.pod(key) or placeholders.get(key) or {}  # read once per change
                 cached = readings[key] = (read_pod(obj, found), found)
             if cached[0] is not None:
                 states.append(cached[0])

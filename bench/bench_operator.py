@@ -1,0 +1,342 @@
+"""The operator on a real control plane: pods bound per second against kube-scheduler.
+
+Run: `.venv/bin/python -m bench.bench_operator [--nodes 500] [--pods 4000] [--gang 512]`
+(needs the binaries of `e2e/build.sh`; it brings up its own control plane on
+other ports than the e2e tests' and takes it down at the end).
+
+1. **Throughput**: `--nodes` kwok nodes of 8 GPUs; `--pods` single-GPU pods
+   created at once (16 client threads) for kai-ray, then the same pods for the
+   default scheduler (kube-scheduler from the same build, its client rate limit
+   lifted to 5,000 QPS), each timed from the first create to the last bind seen
+   on a watch. Same control plane, same run.
+2. **One gang**: one PodGroup of `--gang` single-GPU pods, timed from the first
+   create to the last bind, and the spread between its first and last bind.
+3. **A quiet cycle** in-process on the operator's own cache: 5,000 nodes and
+   20,000 bound pods, nothing pending; the cycle's time and the process's peak RSS.
+
+Prints figures; not a test. The machine's cores and memory are printed first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from kai_ray.effects.kube import Informer, Kind, connect
+
+REPO = Path(__file__).resolve().parents[1]
+E2E = REPO / "e2e"
+ENV = {
+    "KAI_RAY_E2E_PORT_BASE": "28400",
+    "KAI_RAY_E2E_RUN": "/tmp/kai-ray-bench",
+    "KAI_RAY_E2E_ETCD_DATA": "/dev/shm/kai-ray-bench-etcd",
+    "KAI_RAY_E2E_KUBE_SCHEDULER": "1",
+    "KAI_RAY_E2E_KUBE_SCHEDULER_QPS": "5000",
+    "KAI_RAY_E2E_KUBERAY": "0",
+}
+PODS = Kind("Pod", "v1", "pods")
+
+
+def sh(*args: str, env: dict[str, str] | None = None) -> str:
+    return subprocess.run(
+        args, check=True, capture_output=True, text=True, env={**os.environ, **(env or ENV)}
+    ).stdout
+
+
+@contextlib.contextmanager
+def control_plane() -> Iterator[dict[str, str]]:
+    sh(str(E2E / "build.sh"), "kubernetes", "etcd", "kwok")
+    sh(str(E2E / "cluster.sh"), "up")
+    try:
+        exports = dict(
+            line.removeprefix("export ").split("=", 1)
+            for line in sh(str(E2E / "cluster.sh"), "env").splitlines()
+            if line.startswith("export ")
+        )
+        yield exports
+    finally:
+        sh(str(E2E / "cluster.sh"), "down")
+
+
+def make_nodes(core: client.CoreV1Api, count: int) -> None:
+    sys.path.insert(0, str(REPO / "tests" / "e2e"))
+    from nodes import GpuNodeSpec, node_manifest  # type: ignore[import-not-found]
+
+    spec = GpuNodeSpec(count=count, prefix="bench", nodes_per_rack=8)
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda i: core.create_node(node_manifest(i, spec)), range(count)))
+
+
+def pod_body(name: str, scheduler: str, group: str | None = None) -> dict[str, Any]:
+    annotations = {"kai-ray.io/pod-group": group} if group else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {"kai-ray.io/queue": "bench", "bench": "true"},
+            "annotations": annotations,
+        },
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {
+                        "requests": {"cpu": "100m", "nvidia.com/gpu": "1"},
+                        "limits": {"nvidia.com/gpu": "1"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+class BindWatch:
+    """When each pod of a namespace was first seen bound (wall seconds)."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.bound: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        kind = Kind("Pod", "v1", f"namespaces/{namespace}/pods")
+        self.informer = Informer(connect(), kind, self._listed, self._event, self.stop)
+        self.informer.start()
+        self.informer.synced.wait(30)
+
+    def _seen(self, pod: dict[str, Any]) -> None:
+        if (pod.get("spec") or {}).get("nodeName"):
+            name = pod["metadata"]["name"]
+            with self.lock:
+                self.bound.setdefault(name, time.time())
+
+    def _listed(self, kind: str, pods: list[dict[str, Any]]) -> None:
+        for pod in pods:
+            self._seen(pod)
+
+    def _event(self, kind: str, event: str, pod: dict[str, Any]) -> None:
+        self._seen(pod)
+
+    def wait(self, count: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while len(self.bound) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.stop.set()
+        return len(self.bound) >= count
+
+
+def timed_run(
+    core: client.CoreV1Api, namespace: str, bodies: list[dict[str, Any]], timeout: float
+) -> dict[str, float]:
+    core.create_namespace({"metadata": {"name": namespace}})
+    wait_for(lambda: _has_default_sa(core, namespace), 30)
+    watch = BindWatch(namespace)
+    start = time.time()
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda body: core.create_namespaced_pod(namespace, body), bodies))
+    created = time.time()
+    done = watch.wait(len(bodies), timeout)
+    times = sorted(watch.bound.values())
+    last = times[-1] if times else float("nan")
+    return {
+        "pods": len(bodies),
+        "bound": len(times),
+        "all_bound": float(done),
+        "create_s": created - start,
+        "to_last_bind_s": last - start,
+        "pods_per_s": len(times) / (last - start) if times else 0.0,
+        "bind_spread_s": (times[-1] - times[0]) if times else float("nan"),
+    }
+
+
+def _has_default_sa(core: client.CoreV1Api, namespace: str) -> bool:
+    try:
+        core.read_namespaced_service_account("default", namespace)
+    except client.exceptions.ApiException:
+        return False
+    return True
+
+
+def wait_for(condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not true after {timeout}s")
+        time.sleep(0.2)
+
+
+def delete_namespace(core: client.CoreV1Api, namespace: str) -> None:
+    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    core.delete_namespace(namespace)
+    wait_for(lambda: not core.list_namespaced_pod(namespace, limit=1).items, 300)
+
+
+@contextlib.contextmanager
+def operator(exports: dict[str, str], log: Path) -> Iterator[None]:
+    env = {**os.environ, **exports}
+    args = [sys.executable, "-m", "kai_ray", "operator", "--no-webhook", "--no-leader-elect"]
+    args += ["--health-port", "28581", "--metrics-port", "0"]
+    with log.open("w") as out:
+        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        try:
+            wait_for(lambda: _ready("http://127.0.0.1:28581/readyz"), 60)
+            yield
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _ready(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=1) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
+
+
+def live_figures(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    figures: dict[str, dict[str, float]] = {}
+    with control_plane() as exports:
+        kubectl = exports["KAI_RAY_E2E_KUBECTL"]
+        env = {**ENV, "KUBECONFIG": exports["KUBECONFIG"]}
+        sh(kubectl, "apply", "-f", str(REPO / "crds"), env=env)
+        queue = f"apiVersion: scheduling.kai-ray.io/v1alpha1\nkind: Queue\nmetadata: {{name: bench}}\nspec: {{resources: {{gpu: {{quota: {args.nodes * 8}}}}}}}\n"  # noqa: E501
+        subprocess.run(
+            [kubectl, "apply", "-f", "-"],
+            input=queue,
+            text=True,
+            check=True,
+            env={**os.environ, **env},
+            capture_output=True,
+        )
+        api = config.new_client_from_config(config_file=exports["KUBECONFIG"])
+        api.configuration.connection_pool_maxsize = 32
+        core = client.CoreV1Api(api)
+        make_nodes(core, args.nodes)
+        log = Path(tempfile.gettempdir()) / "kai-ray-bench-operator.log"
+        os.environ["KUBECONFIG"] = exports["KUBECONFIG"]
+        with operator(exports, log):
+            bodies = [pod_body(f"p{i}", "kai-ray") for i in range(args.pods)]
+            figures["kai-ray"] = timed_run(core, "bench-kai", bodies, args.timeout)
+            delete_namespace(core, "bench-kai")
+            figures["gang"] = gang_run(core, api, args.gang, args.timeout)
+            delete_namespace(core, "bench-gang")
+        bodies = [pod_body(f"p{i}", "default-scheduler") for i in range(args.pods)]
+        figures["kube-scheduler"] = timed_run(core, "bench-default", bodies, args.timeout)
+        print(f"operator log: {log}", file=sys.stderr)
+    return figures
+
+
+def gang_run(
+    core: client.CoreV1Api, api: client.ApiClient, size: int, timeout: float
+) -> dict[str, float]:
+    namespace = "bench-gang"
+    core.create_namespace({"metadata": {"name": namespace}})
+    wait_for(lambda: _has_default_sa(core, namespace), 30)
+    group = {
+        "apiVersion": "scheduling.kai-ray.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "gang", "namespace": namespace},
+        "spec": {"queue": "bench", "minMember": size},
+    }
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "scheduling.kai-ray.io", "v1alpha1", namespace, "podgroups", group
+    )
+    watch = BindWatch(namespace)
+    bodies = [pod_body(f"g{i}", "kai-ray", "gang") for i in range(size)]
+    start = time.time()
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda body: core.create_namespaced_pod(namespace, body), bodies))
+    created = time.time()
+    watch.wait(size, timeout)
+    times = sorted(watch.bound.values())
+    return {
+        "pods": size,
+        "bound": len(times),
+        "create_s": created - start,
+        "to_last_bind_s": (times[-1] - start) if times else float("nan"),
+        "after_last_create_s": (times[-1] - created) if times else float("nan"),
+        "bind_spread_s": (times[-1] - times[0]) if times else float("nan"),
+    }
+
+
+def quiet_cycle(nodes: int = 5000, pods: int = 20000) -> dict[str, float]:
+    """A cycle with nothing to do, on the operator's cache with a full cluster."""
+    from bench.bench_placement import nodes as make_node_objects
+    from kai_ray.decisions.cycle import run_cycle
+    from kai_ray.state.cache import ClusterCache
+    from kai_ray.values.config import SchedulerConfig
+    from tests.builders import make_pod, make_pod_group, make_queue
+
+    cache = ClusterCache()
+    for node in make_node_objects(nodes):
+        cache.upsert(node, "Node")
+    cache.upsert(make_queue("root").build(), "Queue")
+    cache.upsert(make_queue("team").parent("root").gpu(quota=nodes * 8).build(), "Queue")
+    node_names = [key for key, _ in cache.items("Node")]
+    for i in range(pods):
+        node = node_names[i % len(node_names)]
+        pod = make_pod(f"p{i}").gpus(1).scheduler("kai-ray").group(f"g{i}").on(node).build()
+        cache.upsert(pod, "Pod")
+        cache.upsert(make_pod_group(f"g{i}").queue("team").min_member(1).build(), "PodGroup")
+    config_ = SchedulerConfig()
+    usage = None
+    timings = []
+    for cycle in range(6):
+        started = time.perf_counter()
+        snapshot = cache.snapshot()
+        result = run_cycle(snapshot, config_, cycle, 1.0e9 + cycle, usage)
+        usage = result.usage
+        timings.append(time.perf_counter() - started)
+        assert not result.plan.binds
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "nodes": nodes,
+        "pods": pods,
+        "first_cycle_s": timings[0],
+        "quiet_cycle_ms": 1000 * min(timings[1:]),
+        "peak_rss_mib": rss,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--pods", type=int, default=4000)
+    parser.add_argument("--gang", type=int, default=512)
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--quiet-only", action="store_true")
+    args = parser.parse_args()
+    print(f"machine: {os.cpu_count()} cores, {platform.python_version()}, {platform.machine()}")
+    print("quiet cycle:", quiet_cycle())
+    if args.quiet_only or shutil.which("go") is None:
+        return
+    for name, row in live_figures(args).items():
+        print(f"{name}: " + ", ".join(f"{k}={v:.2f}" for k, v in row.items()))
+
+
+if __name__ == "__main__":
+    main()
