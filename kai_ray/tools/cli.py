@@ -1,4 +1,4 @@
-"""The `kai-ray` command line: `simulate`, `snapshot`, `crds`, `version`.
+"""The `kai-ray` command line: `simulate`, `operator`, `snapshot`, `crds`, `version`.
 
 Argument parsing and exit codes only; the work is done by the simulator and
 the CRD generator. Exit statuses: 0 done; 2 invalid input (one line naming the
@@ -66,6 +66,43 @@ def _simulate_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
     simulate.add_argument("--ray-address", help="join this Ray cluster for a sweep")
 
 
+def _operator_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    operator = commands.add_parser(
+        "operator", help="run the scheduler against a cluster ($KUBECONFIG or in-cluster)"
+    )
+    operator.add_argument("--config", type=Path, help="the SchedulerConfig file (YAML)")
+    operator.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
+    operator.add_argument("--metrics-port", type=int, default=8080, help="0 turns metrics off")
+    operator.add_argument("--health-port", type=int, default=8081)
+    operator.add_argument("--bind-address", default="0.0.0.0", help="for metrics and health")
+    operator.add_argument(
+        "--no-leader-elect", dest="leader_elect", action="store_false", help="schedule alone"
+    )
+    operator.add_argument("--lease-namespace", default="kube-system")
+    operator.add_argument("--lease-name", default="kai-ray")
+    operator.add_argument("--identity", help="this replica's name in the Lease")
+    operator.add_argument(
+        "--webhook-host", default="127.0.0.1", help="where the API server reaches the webhook"
+    )
+    operator.add_argument("--webhook-port", type=int, default=9443)
+    operator.add_argument("--webhook-cert-dir", type=Path, default=Path("/tmp/kai-ray-webhook"))
+    operator.add_argument(
+        "--no-webhook", action="store_true", help="serve no admission webhook (pods not held)"
+    )
+    operator.add_argument(
+        "--webhook-service",
+        metavar="NAMESPACE/NAME",
+        help="in a cluster: the API server reaches the webhook through this Service "
+        "(--webhook-host is then only the address it listens on)",
+    )
+    operator.add_argument("--webhook-service-port", type=int, default=443)
+    operator.add_argument(
+        "--webhook-config-name",
+        default="kai-ray.io",
+        help="the webhook configuration the operator keeps up to date",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kai-ray", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -75,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_inputs(snapshot)
     snapshot.add_argument("-o", "--output", type=Path, required=True)
+    _operator_parser(commands)
     crds = commands.add_parser("crds", help="write the CRDs generated from the API models")
     crds.add_argument("--output", type=Path, default=Path("crds"))
     commands.add_parser("version", help="print the version")
@@ -114,9 +152,36 @@ def _crds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _operator(args: argparse.Namespace) -> int:
+    from kai_ray.controller import OperatorOptions, main
+
+    options = OperatorOptions(
+        config_file=args.config,
+        kubeconfig=args.kubeconfig,
+        metrics_port=args.metrics_port,
+        health_port=args.health_port,
+        bind_address=args.bind_address,
+        leader_elect=args.leader_elect,
+        lease_namespace=args.lease_namespace,
+        lease_name=args.lease_name,
+        webhook_host=None if args.no_webhook else args.webhook_host,
+        webhook_port=args.webhook_port,
+        webhook_cert_dir=args.webhook_cert_dir,
+        webhook_service=args.webhook_service,
+        webhook_service_port=args.webhook_service_port,
+        webhook_config_name=args.webhook_config_name,
+    )
+    if args.identity:
+        options.identity = args.identity
+    main(options)
+    return 0
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "simulate":
         return _simulate(args)
+    if args.command == "operator":
+        return _operator(args)
     if args.command == "snapshot":
         return _snapshot(args)
     if args.command == "crds":

@@ -1,0 +1,374 @@
+"""The operator's scheduling loop: watches feed the cache; cycles run; the binder applies.
+
+    informers (one thread per kind) --events--> ClusterCache (under a lock)
+    loop thread, every cycle period while leading:
+      1. PodGroups for new workloads (derived, owned by the workload; an
+         existing PodGroup is never overwritten);
+      2. the snapshot, then `run_cycle`: the same cycle the simulator runs;
+      3. the binder applies the plan (evictions, gate lifts, binds in
+         parallel with a live room check, statuses); binds are assumed in the
+         cache until the watch shows them;
+      4. PodGroup and Queue statuses written where they changed, with Events.
+
+The loop knows no kopf: the controller starts and stops it. A cycle runs when
+something changed, when the plan asked to wake, or at least every
+`idle_cycle_s` (usage keeps decaying). Nothing here raises out of a cycle: a
+broken cycle is logged and the next one tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kai_ray.decisions.cycle import CycleResult, run_cycle
+from kai_ray.decisions.plan import Bind, Plan
+from kai_ray.decisions.usage import UsageState
+from kai_ray.effects.binder import ApplyReport, Binder
+from kai_ray.effects.kube import WATCHED, Informer, KubeWriter, LeaseElector, Rest
+from kai_ray.effects.metrics import process_metrics
+from kai_ray.effects.reporting import merge_condition, problems_condition
+from kai_ray.effects.status import pod_group_status, queue_statuses
+from kai_ray.state.cache import POD, POD_GROUP, QUEUE, ClusterCache, object_key
+from kai_ray.state.snapshot import Snapshot
+from kai_ray.values.clock import Clock, WallClock, rfc3339
+from kai_ray.values.config import SchedulerConfig, duration_seconds
+from kai_ray.values.errors import InvalidObjectError, ObjectRef, Problem
+from kai_ray.values.names import POD_GROUP_ANNOTATION
+from kai_ray.workloads.grouping import derive_groups
+from kai_ray.workloads.membership import (
+    RAY_CLUSTER_LABEL,
+    needs_derived_group,
+    owner_of_kind,
+    with_membership,
+)
+
+LOG = logging.getLogger("kai_ray.loop")
+WORKLOAD_KINDS = ("Job", "RayCluster", "RayJob", "Pod")
+
+
+@dataclass
+class LoopOptions:
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    leader_elect: bool = True
+    lease_namespace: str = "kube-system"
+    lease_name: str = "kai-ray"
+    identity: str = "kai-ray"
+    bind_parallelism: int = 16
+    eviction_wait_s: float = 20.0
+    idle_cycle_s: float = 10.0
+    assume_ttl_s: float = 30.0
+
+
+class SchedulingLoop:
+    def __init__(self, rest: Rest, options: LoopOptions, clock: Clock | None = None) -> None:
+        self.rest, self.options = rest, options
+        self.clock = clock or WallClock()
+        self.config = options.config
+        self.scheduler = self.config.spec.schedulerName
+        self.period = duration_seconds(self.config.spec.cyclePeriod)
+        self.lock = threading.RLock()
+        self.cache = ClusterCache(self.scheduler, self.clock.now, options.assume_ttl_s)
+        self.stop_event = threading.Event()
+        self.changed = threading.Event()
+        self.writer = KubeWriter(rest, self._current)
+        self.binder = Binder(
+            self.writer,
+            room=self._room,
+            on_bound=self._assume,
+            parallelism=options.bind_parallelism,
+            eviction_wait_s=options.eviction_wait_s,
+            placeholder_owner=self._placeholder_owner,
+            on_resumed=self._assume_resumed,
+        )
+        self.informers = [
+            Informer(rest, kind, self._on_list, self._on_event, self.stop_event) for kind in WATCHED
+        ]
+        self.elector: LeaseElector | None = None
+        if options.leader_elect:
+            self.elector = LeaseElector(
+                rest, options.lease_namespace, options.lease_name, options.identity, self.stop_event
+            )
+        self.cycles = 0
+        self.usage: UsageState | None = None
+        self.last_result: CycleResult | None = None
+        self.last_cycle_s = 0.0
+        self._wake_at: float | None = None
+        self._thread = threading.Thread(target=self._run, name="scheduling-loop", daemon=True)
+        #: Status bodies last written, by (kind, key): a write only when they change.
+        self._written: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._created_groups: set[str] = set()
+        #: The problems last reported on each object, by (kind, key).
+        self._problems: dict[tuple[str, str], str] = {}
+        self.metrics = process_metrics()
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        for informer in self.informers:
+            informer.start()
+        if self.elector is not None:
+            self.elector.start()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.changed.set()
+        self._thread.join(timeout=10)
+        if self.elector is not None:
+            self.elector.release()
+
+    def synced(self) -> bool:
+        return all(informer.synced.is_set() for informer in self.informers)
+
+    def leading(self) -> bool:
+        return self.elector is None or self.elector.leading.is_set()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive() and all(i.is_alive() for i in self.informers)
+
+    # ------------------------------------------------------------- feeding
+
+    def _on_list(self, kind: str, objects: list[dict[str, Any]]) -> None:
+        with self.lock:
+            if kind == POD:
+                objects = [dict(self._member(pod)) for pod in objects]
+            self.cache.replace_all(kind, objects)
+            if kind == "RayCluster":
+                self._refresh_ray_pods()
+        self.changed.set()
+
+    def _on_event(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        with self.lock:
+            if event == "DELETED":
+                self.cache.delete(kind, object_key(obj, kind))
+            else:
+                self.cache.upsert(self._member(obj) if kind == POD else obj, kind)
+                if kind == "RayCluster":
+                    self._refresh_ray_pods()
+        self.changed.set()
+
+    def _member(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Our pods as the webhook would have annotated them (their gang named)."""
+        if (pod.get("spec") or {}).get("schedulerName") != self.scheduler:
+            return pod
+        return with_membership(pod, self.rayjob_of)
+
+    def rayjob_of(self, namespace: str, cluster: str) -> str | None:
+        """The RayJob owning a RayCluster, if one does (for naming its pods' gang)."""
+        obj = self.cache.get("RayCluster", f"{namespace}/{cluster}")
+        return owner_of_kind(obj, ("RayJob",)) if obj is not None else None
+
+    def _refresh_ray_pods(self) -> None:
+        """A RayJob's cluster arrived after its pods: they join the RayJob's gang."""
+        for _, pod in list(self.cache.items(POD)):
+            meta = pod.get("metadata") or {}
+            cluster = (meta.get("labels") or {}).get(RAY_CLUSTER_LABEL)
+            annotations = meta.get("annotations") or {}
+            if not cluster or annotations.get(POD_GROUP_ANNOTATION) != f"raycluster-{cluster}":
+                continue
+            owner = self.rayjob_of(str(meta.get("namespace") or "default"), str(cluster))
+            if owner is not None:
+                renamed = {**annotations, POD_GROUP_ANNOTATION: f"rayjob-{owner}"}
+                self.cache.upsert({**pod, "metadata": {**meta, "annotations": renamed}}, POD)
+
+    def _current(self, kind: str, key: str) -> Mapping[str, Any] | None:
+        with self.lock:
+            return self.cache.get(kind, key)
+
+    def _room(self, pod: str, node: str) -> str | None:
+        with self.lock:
+            return self.cache.room_problem(pod, node)
+
+    def _placeholder_owner(self, pod: str) -> tuple[str, str] | None:
+        with self.lock:
+            return self.cache.placeholder_owner(pod)
+
+    def _assume_resumed(self, kind: str, key: str, placed: dict[str, str]) -> None:
+        with self.lock:
+            self.cache.assume_resumed(kind, key, placed)
+
+    def _assume(self, bind: Bind) -> None:
+        devices = ",".join(str(d) for d in sorted(bind.gpu_devices))
+        with self.lock:
+            self.cache.assume(bind.pod, bind.node, devices)
+
+    # ---------------------------------------------------------------- loop
+
+    def _run(self) -> None:
+        last = 0.0
+        while not self.stop_event.is_set():
+            self.changed.wait(timeout=self.period)
+            if self.stop_event.is_set():
+                return
+            now = self.clock.now()
+            due = self._wake_at is not None and now >= self._wake_at
+            idle = now - last >= self.options.idle_cycle_s
+            if not (self.changed.is_set() or due or idle) or not self.synced():
+                continue
+            if not self.leading():
+                self.metrics.set_leader(False)
+                self.changed.clear()
+                continue
+            self.changed.clear()
+            try:
+                self.run_once()
+            except Exception:
+                LOG.exception("cycle %d failed; the next one tries again", self.cycles)
+            last = self.clock.now()
+            pause = self.period - (time.monotonic() % self.period if self.period else 0)
+            self.stop_event.wait(min(pause, self.period))
+
+    def run_once(self) -> CycleResult:
+        """One cycle, steps 1 to 4 of the module docstring."""
+        started = time.monotonic()
+        self._derive_pod_groups()
+        with self.lock:
+            snapshot = self.cache.snapshot()
+        self.cycles += 1
+        now = self.clock.now()
+        result = run_cycle(snapshot, self.config, self.cycles, now, self.usage)
+        self.usage = result.usage
+        with self.lock:
+            self.cache.set_usage(result.usage.queues)
+        report = self.binder.apply(result.plan, snapshot, now)
+        self._wake_at = result.plan.wake_at
+        self._write_statuses(snapshot, result, report, now)
+        self.last_result = result
+        self.last_cycle_s = time.monotonic() - started
+        self.metrics.record_cycle(snapshot, result, report, self.last_cycle_s, True, now=now)
+        if result.plan.binds or result.plan.evictions:
+            LOG.info(
+                "[cycle %d] %d bound, %d evicted, %d admitted, %d failed in %.3fs",
+                self.cycles,
+                len(report.bound),
+                len(report.evicted),
+                len(report.resumed),
+                len(report.failed),
+                self.last_cycle_s,
+            )
+        return result
+
+    # ----------------------------------------------------------- PodGroups
+
+    def _derive_pod_groups(self) -> None:
+        with self.lock:
+            workloads = [
+                (kind, obj) for kind in WORKLOAD_KINDS for _, obj in self.cache.items(kind)
+            ]
+            existing = {key for key, _ in self.cache.items(POD_GROUP)}
+        for kind, obj in workloads:
+            if not needs_derived_group(obj, self.scheduler):
+                continue
+            try:
+                groups = derive_groups(obj)
+            except InvalidObjectError as err:
+                self._report_bad_workload(kind, obj, err)
+                continue
+            for derived in groups:
+                body = _pod_group_body(derived.pod_group.model_dump(mode="json"), obj)
+                key = object_key(body, POD_GROUP)
+                if key in existing or key in self._created_groups:
+                    continue
+                if self.writer.create_pod_group(body).ok:
+                    self._created_groups.add(key)
+
+    def _report_bad_workload(self, kind: str, obj: Mapping[str, Any], err: Exception) -> None:
+        meta = obj.get("metadata") or {}
+        ref = ObjectRef(kind, str(meta.get("name")), meta.get("namespace"))
+        message = str(err)
+        if self._written.get((kind, object_key(obj, kind))) != {"problem": message}:
+            self._written[(kind, object_key(obj, kind))] = {"problem": message}
+            self.writer.record_event(ref, True, "InvalidWorkload", message)
+
+    # ------------------------------------------------------------ statuses
+
+    def _write_statuses(
+        self, snapshot: Snapshot, result: CycleResult, report: ApplyReport, now: float
+    ) -> None:
+        """PodGroup and Queue statuses where they changed; problems on their objects."""
+        stamp = rfc3339(now)
+        evicted: dict[str, tuple[str, int]] = {}
+        for evict in report.evicted:
+            reason, count = evicted.get(evict.group, (evict.reason, 0))
+            evicted[evict.group] = (reason, count + 1)
+        planned = _statuses_by_group(result.plan)
+        phases: dict[str, str] = {}
+        for key, group in snapshot.pod_groups.items():
+            why, count = evicted.get(key, ("", 0))
+            partly = count if count < len(group.bound) else None
+            body = pod_group_status(
+                group, planned.get(key), why or None, stamp, evicted_pods=partly
+            )
+            phases[key] = str(body["phase"])
+            self._patch_if_changed(POD_GROUP, key, body, group.ref())
+        with self.lock:
+            previous = {
+                name: dict(obj.get("status") or {}) for name, obj in self.cache.items(QUEUE)
+            }
+        bodies = queue_statuses(snapshot, result, phases, previous, names=list(previous))
+        for name, body in bodies.items():
+            self._patch_if_changed(QUEUE, name, body, ObjectRef("Queue", name))
+        self._report_problems(snapshot, stamp)
+
+    def _report_problems(self, snapshot: Snapshot, stamp: str) -> None:
+        """Objects the snapshot left out or could not fully read: a `Valid=False`
+        condition on PodGroups and Topologies, an Event on each, once per change."""
+        by_object: dict[ObjectRef, list[Problem]] = {}
+        for problem in snapshot.problems:
+            ref = ObjectRef(problem.obj.kind, problem.obj.name, problem.obj.namespace)
+            by_object.setdefault(ref, []).append(problem)
+        for ref, problems in by_object.items():
+            message = "; ".join(f"{p.field}: {p.message}" for p in problems)
+            key = ref.name if ref.namespace is None else f"{ref.namespace}/{ref.name}"
+            if self._problems.get((ref.kind, key)) == message:
+                continue
+            self._problems[(ref.kind, key)] = message
+            self.writer.record_event(ref, True, "InvalidSpec", message)
+            if ref.kind in (POD_GROUP, "Topology"):
+                with self.lock:
+                    obj = self.cache.get(ref.kind, key) or {}
+                old = (obj.get("status") or {}).get("conditions")
+                conditions = merge_condition(old, problems_condition(problems, stamp))
+                self.writer.patch_status(ref.kind, key, {"conditions": conditions})
+
+    def _patch_if_changed(
+        self, kind: str, key: str, body: Mapping[str, Any], ref: ObjectRef
+    ) -> None:
+        before = self._written.get((kind, key))
+        if before == body:
+            return
+        if self.writer.patch_status(kind, key, body).ok:
+            self._written[(kind, key)] = body
+            reason = str(body.get("reason") or "")
+            if kind == POD_GROUP and reason and reason != (before or {}).get("reason"):
+                self.writer.record_event(ref, True, "Unschedulable", reason)
+
+
+def _statuses_by_group(plan: Plan) -> dict[str, Any]:
+    statuses = plan.statuses
+    values = statuses.values() if isinstance(statuses, Mapping) else statuses
+    return {status.group: status for status in values}
+
+
+def _pod_group_body(pod_group: dict[str, Any], owner: Mapping[str, Any]) -> dict[str, Any]:
+    meta = owner.get("metadata") or {}
+    body = {k: v for k, v in pod_group.items() if k != "status" and v is not None}
+    body["metadata"] = {
+        k: v for k, v in (body.get("metadata") or {}).items() if v not in (None, {}, [])
+    }
+    body["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": owner.get("apiVersion"),
+            "kind": owner.get("kind"),
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+            "controller": True,
+            "blockOwnerDeletion": False,
+        }
+    ]
+    return body
