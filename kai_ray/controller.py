@@ -11,6 +11,7 @@ docs/architecture.md.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -80,6 +81,8 @@ def main(options: OperatorOptions) -> None:
     global OPTIONS
     OPTIONS = options
     read_config(options.config_file)  # a bad file stops here, before anything starts
+    if options.webhook_host is not None:
+        register_webhooks()
     kopf.configure(verbose=False)
     kopf.run(standalone=True, clusterwide=True)
 
@@ -165,9 +168,8 @@ def stop(**_: Any) -> None:
         health.shutdown()
 
 
-@kopf.on.mutate("v1", "pods", operation="CREATE", id="pod-admission", ignore_failures=True)
 def hold_pod(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    """New pods of kai-ray: the admission gate, and their gang named (DESIGN §3).
+    """New pods of kai-ray: the admission gate, and their gang named (docs/architecture.md section 3).
 
     Failures are ignored by the API server (failurePolicy Ignore): with the
     operator down, pods are still created, only not held back."""
@@ -182,21 +184,22 @@ def hold_pod(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         patch.metadata["labels"] = changes["labels"]
 
 
-def _register_suspend(plural: str) -> None:
-    @kopf.on.mutate(
-        "ray.io", "v1", plural, operation="CREATE", id=f"{plural}-admission", ignore_failures=True
-    )
-    def hold_ray_workload(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        """New RayClusters and RayJobs of kai-ray queues are created suspended; the
-        operator releases them when their whole gang is admitted (DESIGN §3)."""
-        loop = _RUNNING.get("loop")
-        scheduler = loop.scheduler if isinstance(loop, SchedulingLoop) else SCHEDULER_NAME
-        if holds_with_suspend(body, scheduler) and not body.get("spec", {}).get("suspend"):
-            patch.spec["suspend"] = True
+def hold_ray_workload(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    """New RayClusters and RayJobs of kai-ray queues are created suspended; the
+    operator releases them when their whole gang is admitted (docs/architecture.md section 3)."""
+    loop = _RUNNING.get("loop")
+    scheduler = loop.scheduler if isinstance(loop, SchedulingLoop) else SCHEDULER_NAME
+    if holds_with_suspend(body, scheduler) and not body.get("spec", {}).get("suspend"):
+        patch.spec["suspend"] = True
 
 
-for _plural in ("rayclusters", "rayjobs"):
-    _register_suspend(_plural)
+def register_webhooks() -> None:
+    """The admission webhook's handlers (only when it is served: kopf refuses to
+    start with handlers and no server)."""
+    mutate = functools.partial(kopf.on.mutate, operation="CREATE", ignore_failures=True)
+    mutate("v1", "pods", id="pod-admission")(hold_pod)
+    for plural in ("rayclusters", "rayjobs"):
+        mutate("ray.io", "v1", plural, id=f"{plural}-admission")(hold_ray_workload)
 
 
 @kopf.on.login()
