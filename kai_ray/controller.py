@@ -169,7 +169,8 @@ def stop(**_: Any) -> None:
 
 
 def hold_pod(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    """New pods of kai-ray: the admission gate, and their gang named (docs/architecture.md section 3).
+    """New pods of kai-ray: the admission gate, and their gang named
+    (docs/architecture.md section 3).
 
     Failures are ignored by the API server (failurePolicy Ignore): with the
     operator down, pods are still created, only not held back."""
