@@ -127,7 +127,7 @@ def movable_gangs(ctx: CycleContext, target: PodGroupState) -> list[PodGroupStat
 def _movable(ctx: CycleContext, group: PodGroupState, touched: set[str]) -> bool:
     bound = bound_pods(group)
     ours = all(pod.scheduler == ctx.config.schedulerName for pod in group.live_pods())
-    known = ours and all(pod.node in ctx.snapshot.node_index for pod in bound)
+    known = ours and group.seen_whole
     whole = len(bound) >= max(group.spec.minMember, 1)
     untouched = not any(pod.key in touched for pod in group.live_pods())
     return known and whole and untouched and is_preemptible(group, group_priority(group))

@@ -277,6 +277,8 @@ def running_units(
             continue
         if any(p.scheduler != ctx.config.schedulerName for p in group.live_pods()):
             continue  # another scheduler's pods are not ours to evict
+        if not group.seen_whole:
+            continue  # a member on a node the snapshot does not know cannot be judged
         for unit in _units_of(ctx.transaction, group, priority):
             untouched = not any(p.key in ctx.transaction.removed for p in unit.pods)
             if untouched and not protection.protects(unit):

@@ -3,12 +3,16 @@
 A pod joins a group through the `kai-ray.io/pod-group` annotation (alias
 `pod-group-name`) naming a PodGroup in its own namespace. A group that fails
 validation, or names a queue that is missing or not a leaf, is left out and
-reported; so is a live pod naming a group that does not exist. Pure: no I/O.
+reported; so is a live pod naming a group that does not exist. When the caller
+passes the snapshot's node names, a live pod bound to a node not among them (the
+node's watch event not seen yet, or the node gone) is reported too, and its
+group does not count it as bound: nothing can be known of where it runs, so it
+is neither placed, nor evicted, nor an anchor for its gang. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -37,10 +41,15 @@ class PodGroupState:
     creation_timestamp: str
     #: Members, terminal ones included (the lifecycle needs them), oldest first.
     pods: tuple[PodState, ...]
+    #: Live members bound to a node the snapshot does not know (by key): neither
+    #: bound nor pending for the cycle.
+    unseen: frozenset[str] = frozenset()
     #: The members that are not terminal, in the same order.
     live: tuple[PodState, ...] = field(init=False, repr=False, compare=False)
-    #: The live members bound to a node, in the same order.
+    #: The live members bound to a node the snapshot knows, in the same order.
     bound: tuple[PodState, ...] = field(init=False, repr=False, compare=False)
+    #: The live members waiting for a node, in the same order.
+    pending: tuple[PodState, ...] = field(init=False, repr=False, compare=False)
     #: What the live members ask for, and what the bound ones hold, GPU shares as
     #: parts of a GPU (summed once per state; a kept state keeps its sums).
     live_requests: Resources = field(init=False, repr=False, compare=False)
@@ -52,15 +61,16 @@ class PodGroupState:
 
     def __post_init__(self) -> None:
         live = tuple(pod for pod in self.pods if not pod.terminal)
-        bound = tuple(pod for pod in live if pod.node is not None)
+        bound = tuple(p for p in live if p.node is not None and p.key not in self.unseen)
+        pending = tuple(pod for pod in live if pod.node is None)
         object.__setattr__(self, "live", live)
         object.__setattr__(self, "bound", bound)
+        object.__setattr__(self, "pending", pending)
         object.__setattr__(self, "live_requests", total_requests(live))
         object.__setattr__(self, "bound_requests", total_requests(bound))
         object.__setattr__(self, "pod_priority", max((p.priority for p in self.pods), default=0))
-        pending = [pod for pod in live if pod.node is None]
-        short = max(self.spec.minMember - (len(live) - len(pending)), 0)
-        object.__setattr__(self, "missing", tuple(pending[:short]))
+        short = max(self.spec.minMember - len(bound), 0)
+        object.__setattr__(self, "missing", pending[:short])
 
     @property
     def queue(self) -> str:
@@ -71,6 +81,11 @@ class PodGroupState:
 
     def live_pods(self) -> tuple[PodState, ...]:
         return self.live
+
+    @property
+    def seen_whole(self) -> bool:
+        """Every live member is pending or on a node the snapshot knows."""
+        return not self.unseen
 
     def pods_of_subgroup(self, subgroup: str | None) -> tuple[PodState, ...]:
         return tuple(pod for pod in self.pods if pod.subgroup == subgroup)
@@ -98,13 +113,20 @@ def build_pod_groups(
     queues: QueueTree,
     validate: Validate = _validate,
     kept: dict[str, PodGroupState] | None = None,
+    *,
+    node_names: Collection[str] | None = None,
 ) -> tuple[Mapping[str, PodGroupState], list[Problem]]:
     """The valid groups with their members. `validate` may answer from a cache, and
     `kept` holds the states of an earlier build: one whose group and members are
-    the same objects is reused (and `kept` is refreshed)."""
+    the same objects is reused (and `kept` is refreshed). `node_names` are the
+    nodes the snapshot knows (None: every node a pod names is taken as known)."""
     groups = _validated_groups(objects, queues, validate)
     members: dict[str, list[PodState]] = {key: [] for key in groups.valid}
+    unseen: set[str] = set()
     for pod in pods:
+        if node_names is not None and _on_unseen_node(pod, node_names):
+            unseen.add(pod.key)
+            groups.problems.append(_unseen_node_problem(pod))
         if pod.pod_group is None:
             continue
         key = f"{pod.namespace}/{pod.pod_group}"
@@ -112,7 +134,9 @@ def build_pod_groups(
             members[key].append(pod)
         elif key not in groups.known and not pod.terminal:
             groups.problems.append(_orphan_problem(pod))
-    states = {key: _state(group, members[key], kept) for key, group in groups.valid.items()}
+    states = {
+        key: _state(group, members[key], kept, unseen) for key, group in groups.valid.items()
+    }
     if kept is not None:
         kept.clear()
         kept.update(states)
@@ -171,18 +195,33 @@ def _orphan_problem(pod: PodState) -> Problem:
     )
 
 
+def _on_unseen_node(pod: PodState, node_names: Collection[str]) -> bool:
+    return pod.node is not None and not pod.terminal and pod.node not in node_names
+
+
+def _unseen_node_problem(pod: PodState) -> Problem:
+    return Problem(
+        pod.ref(),
+        "spec.nodeName",
+        f"bound to node {pod.node!r}, which the snapshot does not know; "
+        "its group does not count it until the node is seen",
+    )
+
+
 def _state(
-    group: PodGroup, pods: list[PodState], kept: dict[str, PodGroupState] | None
+    group: PodGroup, pods: list[PodState], kept: dict[str, PodGroupState] | None, unseen: set[str]
 ) -> PodGroupState:
     pods.sort(key=lambda pod: (pod.creation_timestamp, pod.name))
     key = f"{group.metadata.namespace or 'default'}/{group.metadata.name}"
     before = kept.get(key) if kept is not None else None
-    # The same validated model (spec and status objects) and the same members.
+    members_unseen = frozenset(pod.key for pod in pods if pod.key in unseen)
+    # The same validated model (spec and status objects), the same members, seen alike.
     if (
         before is not None
         and before.spec is group.spec
         and before.status is group.status
         and before.pods == tuple(pods)
+        and before.unseen == members_unseen
     ):
         return before
     return PodGroupState(
@@ -193,4 +232,5 @@ def _state(
         status=group.status,
         creation_timestamp=group.metadata.creationTimestamp or "",
         pods=tuple(pods),
+        unseen=members_unseen,
     )

@@ -91,15 +91,20 @@ def _one_step(tx: Transaction, group: PodGroupState, pod: PodState) -> Pick:
 
 
 def _minimum_holds(tx: Transaction, group: PodGroupState) -> bool:
-    return sum(1 for p in group.live_pods() if _holds(tx, p)) >= group.spec.minMember
+    return sum(1 for p in group.live_pods() if _holds(tx, group, p)) >= group.spec.minMember
 
 
-def _holds(tx: Transaction, pod: PodState) -> bool:
-    return pod.node is not None or pod.key in tx.placed
+def _holds(tx: Transaction, group: PodGroupState, pod: PodState) -> bool:
+    """Bound to a node the snapshot knows, or placed in this transaction."""
+    return pod.key in tx.placed or (pod.node is not None and pod.key not in group.unseen)
+
+
+def _waits(tx: Transaction, pod: PodState) -> bool:
+    return pod.node is None and pod.key not in tx.placed
 
 
 def _pending(tx: Transaction, group: PodGroupState) -> list[PodState]:
-    return [p for p in group.live_pods() if not _holds(tx, p)]
+    return [p for p in group.live_pods() if _waits(tx, p)]
 
 
 def build_tree(tx: Transaction, group: PodGroupState, pick: Pick) -> PodSet:
@@ -109,10 +114,11 @@ def build_tree(tx: Transaction, group: PodGroupState, pick: Pick) -> PodSet:
     known = {s.name for s in spec.subGroups}
     subsets = [_subset(tx, group, s, live, pick) for s in spec.subGroups if s.parent is None]
     ungrouped = [p for p in live if p.subgroup not in known]
-    short = spec.minMember - sum(_holds(tx, p) for p in live) - _missing_total(tx, group, live)
-    root = _set(tx, None, ungrouped, max(short, 0), spec.topologyConstraint, pick)
+    held = sum(_holds(tx, group, p) for p in live)
+    short = spec.minMember - held - _missing_total(tx, group, live)
+    root = _set(tx, group, None, ungrouped, (max(short, 0), spec.topologyConstraint), pick)
     root.children = subsets
-    root.anchors = [_node_of(tx, p) for p in live if _holds(tx, p)]
+    root.anchors = [_node_of(tx, p) for p in live if _holds(tx, group, p)]
     root.needed = len(subsets) if spec.minSubGroup is None else spec.minSubGroup
     if pick is not _minimum:
         root.needed = sum(1 for child in subsets if child.members())
@@ -124,8 +130,8 @@ def _subset(
     tx: Transaction, group: PodGroupState, sub: SubGroup, live: tuple[PodState, ...], pick: Pick
 ) -> PodSet:
     own = [p for p in live if p.subgroup == sub.name]
-    missing = max(sub.minMember - sum(_holds(tx, p) for p in own), 0)
-    pod_set = _set(tx, sub.name, own, missing, sub.topologyConstraint, pick)
+    missing = max(sub.minMember - sum(_holds(tx, group, p) for p in own), 0)
+    pod_set = _set(tx, group, sub.name, own, (missing, sub.topologyConstraint), pick)
     children = [c for c in group.spec.subGroups if c.parent == sub.name]
     pod_set.children = [_subset(tx, group, c, live, pick) for c in children]
     if pick is not _minimum:
@@ -136,14 +142,17 @@ def _subset(
 
 def _set(
     tx: Transaction,
+    group: PodGroupState,
     name: str | None,
     own: list[PodState],
-    missing: int,
-    constraint: TopologyConstraint | None,
+    needs: tuple[int, TopologyConstraint | None],
     pick: Pick,
 ) -> PodSet:
-    pending = [p for p in own if not _holds(tx, p)]
-    anchors = [_node_of(tx, p) for p in own if _holds(tx, p)]
+    """One set: its pending pods as `pick` chooses them, and where its members are;
+    `needs` is how many members it misses and its topology constraint."""
+    missing, constraint = needs
+    pending = [p for p in own if _waits(tx, p)]
+    anchors = [_node_of(tx, p) for p in own if _holds(tx, group, p)]
     waiting = ""
     if pick is _minimum and len(pending) < missing:
         waiting = f"waiting for pods: {len(pending)} pending, {missing} needed for the minimum"
@@ -152,15 +161,16 @@ def _set(
 
 
 def _node_of(tx: Transaction, pod: PodState) -> int:
+    """The row of a holding member's node (`_holds`: placed, or on a known node)."""
     if pod.key in tx.placed:
         return tx.placed[pod.key].node
-    return tx.snapshot.node_index.get(pod.node or "", 0)
+    return tx.snapshot.node_index[pod.node or ""]
 
 
 def _missing_total(tx: Transaction, group: PodGroupState, live: tuple[PodState, ...]) -> int:
     """What the subgroups' own minimums still miss (counted towards the group's minMember)."""
     total = 0
     for sub in group.spec.subGroups:
-        held = sum(_holds(tx, p) for p in live if p.subgroup == sub.name)
+        held = sum(_holds(tx, group, p) for p in live if p.subgroup == sub.name)
         total += max(sub.minMember - held, 0)
     return total
