@@ -8,7 +8,7 @@ name, so that every consumer walks siblings in the same order. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -77,7 +77,7 @@ def build_queue_tree(
 ) -> tuple[QueueTree, list[Problem]]:
     queues, problems = _validated_queues(objects)
     parents = {name: queue.spec.parentQueue for name, queue in queues.items()}
-    removed = _unreachable(parents)
+    removed = unreachable_queues(parents, invalid={p.obj.name for p in problems})
     for name, message in removed.items():
         problems.append(Problem(ObjectRef(QUEUE, name), PARENT_FIELD, message))
     kept = {name: queue for name, queue in queues.items() if name not in removed}
@@ -103,8 +103,14 @@ def _validated_queues(
     return queues, problems
 
 
-def _unreachable(parents: Mapping[str, str | None]) -> dict[str, str]:
-    """Queues that cannot reach a root, each with the reason it is left out."""
+def unreachable_queues(
+    parents: Mapping[str, str | None], invalid: Collection[str] = frozenset()
+) -> dict[str, str]:
+    """Queues that cannot reach a root, each with the reason it is left out.
+
+    `parents` maps every usable queue to its `spec.parentQueue`; `invalid` names the
+    Queues that exist but failed validation. The one judge of a missing parent or a
+    cycle: the tree and the operator's `Valid` condition both ask it."""
     removed: dict[str, str] = {}
     reachable: set[str] = set()
     for start in sorted(parents):
@@ -115,12 +121,18 @@ def _unreachable(parents: Mapping[str, str | None]) -> dict[str, str]:
                 _remove_cycle(path[path.index(name) :], removed)
                 break
             if name not in parents:
-                removed[path[-1]] = f"parent queue {name!r} does not exist; left out of the tree"
+                removed[path[-1]] = _missing_parent(name, invalid)
                 break
             path.append(name)
             name = parents[name]
         _settle_path(path, parents, reachable, removed)
     return removed
+
+
+def _missing_parent(name: str, invalid: Collection[str]) -> str:
+    if name in invalid:
+        return f"parent queue {name!r} is not valid (see its Valid condition); left out of the tree"
+    return f"parent queue {name!r} does not exist; left out of the tree"
 
 
 def _remove_cycle(cycle: Sequence[str], removed: dict[str, str]) -> None:
