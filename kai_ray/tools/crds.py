@@ -68,7 +68,8 @@ CRD_SPECS: dict[str, dict[str, Any]] = {
         "columns": [
             {"name": "Queue", "type": "string", "jsonPath": ".spec.queue"},
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-            {"name": "Min Member", "type": "integer", "jsonPath": ".spec.minMember"},
+            {"name": "Min", "type": "integer", "jsonPath": ".spec.minMember"},
+            {"name": "Bound", "type": "integer", "jsonPath": ".status.bound"},
             {"name": "Running", "type": "integer", "jsonPath": ".status.running"},
             {"name": "Reason", "type": "string", "jsonPath": ".status.reason"},
             _AGE,

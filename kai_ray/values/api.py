@@ -156,14 +156,32 @@ class Condition(ApiModel):
 
 
 class QueueStatus(ApiModel):
-    allocated: dict[str, Quantity] = Field(default_factory=dict)
-    requested: dict[str, Quantity] = Field(default_factory=dict)
-    fairShare: dict[str, Quantity] = Field(default_factory=dict)
+    """Written by the operator each cycle; amounts keyed like spec.resources."""
+
+    # Built by `kai_ray.effects.status.queue_status`. Amounts are quantities: whole
+    # numbers as integers, fractions as decimal strings ("2.5", cpu "500m"), memory in
+    # binary units when exact. No schema defaults: unset was never written, not zero.
+
+    allocated: dict[str, Quantity] = Field(
+        default_factory=dict,
+        description="What its pods hold once this cycle's binds and evictions are applied, "
+        "children included.",
+    )
+    requested: dict[str, Quantity] = Field(
+        default_factory=dict, description="What its live pods ask for, bound or pending."
+    )
+    fairShare: dict[str, Quantity] = Field(
+        default_factory=dict, description="Its fair share this cycle."
+    )
     usage: dict[str, Quantity] = Field(
-        default_factory=dict, description="Decayed historical usage, normalised to capacity."
+        default_factory=dict,
+        description="Decayed historical usage, a fraction of the cluster's capacity; "
+        "read back after a restart.",
     )
     childQueues: list[str] = Field(default_factory=list)
-    pendingWorkloads: int = Field(default=0, ge=0)
+    pendingWorkloads: int | None = Field(
+        default=None, ge=0, description="Its PodGroups waiting to run, children included."
+    )
     conditions: list[Condition] = Field(default_factory=list)
 
 
@@ -220,11 +238,18 @@ class TopologySpec(ApiModel):
         return None
 
 
+class TopologyStatus(ApiModel):
+    """Written by the operator: the Valid condition."""
+
+    conditions: list[Condition] = Field(default_factory=list)
+
+
 class Topology(ApiModel):
     apiVersion: Literal["scheduling.kai-ray.io/v1alpha1"] = API_VERSION
     kind: Literal["Topology"] = "Topology"
     metadata: ObjectMeta
     spec: TopologySpec
+    status: TopologyStatus | None = None
 
 
 # ------------------------------------------------------------------------ PodGroup
@@ -297,11 +322,17 @@ class Phase(StrEnum):
 
 
 class PodGroupStatus(ApiModel):
-    phase: Phase = Phase.PENDING
-    pending: int = Field(default=0, ge=0)
-    bound: int = Field(default=0, ge=0)
-    running: int = Field(default=0, ge=0)
-    reason: str = Field(default="", description="Why the group waits, for a person.")
+    """Written by the operator each cycle; phase, pod counts, why it waits."""
+
+    # Built by `kai_ray.effects.status.pod_group_status`; the phase follows the
+    # transition table of `kai_ray.state.lifecycle`. No schema defaults: unset was
+    # never written, not zero.
+
+    phase: Phase | None = None
+    pending: int | None = Field(default=None, ge=0, description="Live pods not bound to a node.")
+    bound: int | None = Field(default=None, ge=0, description="Live pods bound to a node.")
+    running: int | None = Field(default=None, ge=0, description="Pods in phase Running.")
+    reason: str | None = Field(default=None, description="Why the group waits, for a person.")
     conditions: list[Condition] = Field(default_factory=list)
 
 

@@ -118,11 +118,19 @@ def test_kubectl_get_shows_the_printer_columns(crds: ControlPlane, namespace: st
     pg = _obj("PodGroup", "train", {"queue": name, "minMember": 4}, namespace)
     assert _apply(crds, pg).returncode == 0
     queues = crds.kubectl("get", "queues", name).stdout
-    for column in ("PARENT", "PRIORITY", "GPU QUOTA", "GPU ALLOCATED", "GPU FAIR SHARE", "AGE"):
+    for column in (
+        "PARENT",
+        "PRIORITY",
+        "GPU QUOTA",
+        "GPU ALLOCATED",
+        "GPU FAIR SHARE",
+        "PENDING",
+        "AGE",
+    ):
         assert column in queues
     assert "8" in queues.splitlines()[1]
     groups = crds.kubectl("get", "pg", "-n", namespace).stdout
-    for column in ("QUEUE", "PHASE", "MIN MEMBER", "RUNNING", "REASON", "AGE"):
+    for column in ("QUEUE", "PHASE", "MIN", "BOUND", "RUNNING", "REASON", "AGE"):
         assert column in groups
     assert name in groups and " 4 " in groups.splitlines()[1] + " "
 

@@ -53,14 +53,65 @@ def test_podgroup_has_short_name_pg_and_status_subresource() -> None:
 @pytest.mark.parametrize(
     ("kind", "columns"),
     [
-        ("Queue", ["Parent", "Priority", "GPU Quota", "GPU Allocated", "GPU Fair Share", "Age"]),
-        ("PodGroup", ["Queue", "Phase", "Min Member", "Running", "Reason", "Age"]),
+        (
+            "Queue",
+            [
+                "Parent",
+                "Priority",
+                "GPU Quota",
+                "GPU Allocated",
+                "GPU Fair Share",
+                "Pending",
+                "Age",
+            ],
+        ),
+        ("PodGroup", ["Queue", "Phase", "Min", "Bound", "Running", "Reason", "Age"]),
     ],
 )
 def test_printer_columns(kind: str, columns: list[str]) -> None:
     names = [c["name"] for c in build_crd(kind)["spec"]["versions"][0]["additionalPrinterColumns"]]
-    for column in columns:
-        assert column in names
+    assert names == columns
+
+
+def _columns(kind: str) -> list[dict]:  # type: ignore[type-arg]
+    return build_crd(kind)["spec"]["versions"][0]["additionalPrinterColumns"]  # type: ignore[no-any-return]
+
+
+def _field(kind: str, json_path: str) -> dict | None:  # type: ignore[type-arg]
+    """The schema of `.a.b.c`; a map's entry is its `additionalProperties`."""
+    node: dict | None = _schema(kind)  # type: ignore[type-arg]
+    for part in json_path.strip(".").split("."):
+        if node is None:
+            return None
+        if "properties" in node:
+            node = node["properties"].get(part)
+        else:
+            node = node.get("additionalProperties")
+    return node
+
+
+@pytest.mark.parametrize("kind", sorted(CRD_SPECS))
+def test_every_printer_column_reads_a_field_of_the_schema(kind: str) -> None:
+    for column in _columns(kind):
+        path = column["jsonPath"]
+        if path.startswith(".metadata") or "[*]" in path:
+            continue
+        assert _field(kind, path) is not None, f"{kind} column {column['name']}: no {path}"
+
+
+@pytest.mark.parametrize("kind", sorted(CRD_SPECS))
+def test_status_columns_have_no_schema_default(kind: str) -> None:
+    """A default shows in `kubectl get` as if the operator had written it (0 pending)."""
+    for column in _columns(kind):
+        if column["jsonPath"].startswith(".status"):
+            assert "default" not in (_field(kind, column["jsonPath"]) or {}), column["name"]
+
+
+@pytest.mark.parametrize("kind", sorted(CRD_SPECS))
+def test_every_kind_has_a_status_schema_with_conditions(kind: str) -> None:
+    """With a status subresource and no status schema, the API server drops the status."""
+    status = _schema(kind)["properties"]["status"]
+    assert status["properties"]["conditions"]["type"] == "array"
 
 
 def _rules(kind: str) -> list[str]:
