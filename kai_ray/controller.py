@@ -25,7 +25,11 @@ import kopf
 from kai_ray.effects.certificates import ensure_certificate
 from kai_ray.effects.health import serve_health
 from kai_ray.effects.kube import connect
-from kai_ray.effects.reporting import merge_condition, validity_condition
+from kai_ray.effects.reporting import (
+    merge_condition,
+    queue_validity_condition,
+    validity_condition,
+)
 from kai_ray.effects.scheduling_loop import LoopOptions, SchedulingLoop
 from kai_ray.values.api import GROUP, VERSION
 from kai_ray.values.clock import WallClock, rfc3339
@@ -215,7 +219,12 @@ def _now() -> str:
 
 
 def _report(kind: str, body: kopf.Body, patch: kopf.Patch) -> None:
-    condition = validity_condition(kind, body, _now())
+    loop = _RUNNING.get("loop")
+    if kind == "Queue" and isinstance(loop, SchedulingLoop):
+        # A Queue is judged among all Queues (its parent must exist), as each cycle does.
+        condition = queue_validity_condition(body, loop.queue_objects(), _now())
+    else:
+        condition = validity_condition(kind, body, _now())
     conditions = merge_condition(list(body.get("status", {}).get("conditions") or []), condition)
     patch.status["conditions"] = conditions
     if condition["status"] == "False":

@@ -176,6 +176,11 @@ class SchedulingLoop:
                 renamed = {**annotations, POD_GROUP_ANNOTATION: f"rayjob-{owner}"}
                 self.cache.upsert({**pod, "metadata": {**meta, "annotations": renamed}}, POD)
 
+    def queue_objects(self) -> dict[str, Mapping[str, Any]]:
+        """Every Queue object the cache holds, by name."""
+        with self.lock:
+            return dict(self.cache.items(QUEUE))
+
     def _current(self, kind: str, key: str) -> Mapping[str, Any] | None:
         with self.lock:
             return self.cache.get(kind, key)
