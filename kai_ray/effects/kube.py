@@ -57,8 +57,10 @@ def connect(kubeconfig: str | None = None, pool_size: int = 16) -> Rest:
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     else:
+        # $KUBECONFIG read now: the client reads it once, when it is imported
         config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig, client_configuration=configuration
+            config_file=kubeconfig or os.environ.get("KUBECONFIG"),
+            client_configuration=configuration,
         )
     configuration.connection_pool_maxsize = pool_size
     return Rest(client.ApiClient(configuration))
