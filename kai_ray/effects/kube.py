@@ -180,11 +180,14 @@ class Informer(threading.Thread):
                 self.problem = None
                 self._watch(version)
             except ApiError as err:
-                self.problem = f"{self.kind.plural}: {err.status} {err.reason}"
-                if err.status in (403, 404):
+                problem = f"{self.kind.plural}: {err.status} {err.reason}"
+                if problem != self.problem:  # said once, not at every retry
+                    LOG.warning("listing %s failed: %s", self.kind.plural, problem)
+                self.problem = problem
+                absent = err.status in (403, 404)
+                if absent:
                     self.synced.set()  # not installed or not allowed: nothing to wait for
-                LOG.warning("listing %s failed: %s", self.kind.plural, self.problem)
-                self.stop.wait(5.0)
+                self.stop.wait(30.0 if absent else 5.0)
             except Exception:  # a broken connection: list again after a pause
                 LOG.warning("watch of %s broke; listing again", self.kind.plural, exc_info=True)
                 self.stop.wait(1.0)
