@@ -15,7 +15,9 @@ For each gang still waiting for its minimum after the actions before this one
    every released pod (minimum first, then the rest); the first k for which all
    of that holds wins, less any gang that landed back where it was;
 4. the moves stay in the cycle's transaction (`Transaction.evict`, then the new
-   placements), so later actions see them; any failure is reverted.
+   placements), so later actions see them, and are booked on the queues
+   (`booking.book`); any failure, or a per-GPU-type limit a queue would pass
+   with the move, undoes it all.
 A moved pod is `Evict(reason "consolidation")` plus a `Bind` of the same pod to
 its new node in the same plan: whoever applies the plan releases the pod, then
 binds it again (evictions are applied before binds). A pod is never evicted
@@ -31,13 +33,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kai_ray.decisions.admission import (
-    is_preemptible,
-    refusal,
-    typed_gpus,
-    typed_keys,
-    typed_limit_refusal,
-)
+from kai_ray.decisions.admission import is_preemptible, refusal
+from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.ordering import group_priority
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.plan import Evict, GroupStatus
@@ -145,7 +142,7 @@ def attempt(ctx: CycleContext, target: PodGroupState, moved: Sequence[PodGroupSt
     for gang in moved:
         for pod in bound_pods(gang):
             tx.evict(pod, gang.key)
-    holds = place_gang(tx, target, ctx.config).admitted and all(
+    holds = place_gang(tx, placeable(ctx, target), ctx.config).admitted and all(
         replace_gang(tx, gang, ctx.config) for gang in moved
     )
     if not holds:
@@ -193,27 +190,12 @@ def _stayed(tx: Transaction, gang: PodGroupState) -> bool:
 
 
 def _adopt(ctx: CycleContext, target: PodGroupState, moved: list[PodGroupState], mark: int) -> None:
-    """Book the target on its queue and evict the moved pods (their new binds are in
-    the transaction); a per-GPU-type limit the target would pass undoes it all."""
-    tx = ctx.transaction
-    placed = [p for p in tx.placements[mark:] if p.bind.group == target.key and not p.removal]
-    keys = typed_keys(ctx.snapshot.queues, target.queue)
-    labels = ctx.snapshot.labels
-    typed = typed_gpus(keys, [(labels[p.node], _held(tx, p)[GPU]) for p in placed])
-    if keys and typed_limit_refusal(ctx.ledger, target.queue, typed):
-        tx.revert(mark)
+    """Book the move on the queues and evict the moved pods (their new binds are in
+    the transaction); a per-GPU-type limit the move would pass undoes it all."""
+    if book(ctx, mark) is not None:
         return
-    held = sum((_held(tx, p) for p in placed), Resources())
-    ctx.ledger.add(target.queue, held, is_preemptible(target, group_priority(target)))
-    ctx.ledger.add_typed(target.queue, typed)
     for gang in moved:
         moves = (Evict(pod.key, gang.key, CONSOLIDATION) for pod in bound_pods(gang))
         ctx.plan.evictions.extend(moves)
     ctx.plan.statuses.append(GroupStatus(target.key, True))
     ctx.log.info("%s fits after moving %s", target.key, ", ".join(g.key for g in moved))
-
-
-def _held(tx: Transaction, placement: Placement) -> Resources:
-    """What a placement holds, a GPU share as a part of a GPU."""
-    pod = tx.snapshot.pods[placement.bind.pod]
-    return pod.requests + {GPU: placement.bind.gpu_fraction}

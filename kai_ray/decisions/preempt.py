@@ -8,8 +8,10 @@
    strictly lower priority, not protected by `preemptMinRuntime`; elastic
    extras go one by one before any whole gang (`victims.victim_units`);
 4. victims are chosen, evicted and the job placed through the one
-   transaction exactly as reclaim does (`reclaim.evict_to_fit`); the
-   evictions (reason `preempt`) and the job's binds go into the same plan.
+   transaction exactly as reclaim does (`reclaim.evict_to_fit`), and booked
+   on the queue as every action books (`booking.book`, per-GPU-type limits
+   included); the evictions (reason `preempt`) and the job's binds go into
+   the same plan.
 The queue's holdings do not grow by more than the free room the job also
 uses, so preemption never moves resources between queues. Pure: no I/O.
 """
@@ -24,6 +26,7 @@ from kai_ray.decisions.admission import (
     namespace_refusal,
     quota_refusal,
 )
+from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.ordering import Candidate, take_next
 from kai_ray.decisions.reclaim import (
     ask_to_wake,
@@ -72,10 +75,10 @@ class PreemptAction:
             ask_to_wake(ctx, protection)
             return
         mark = ctx.transaction.checkpoint()
-        victims = evict_to_fit(ctx, candidate.group, units, Budget)
+        victims = evict_to_fit(ctx, placeable(ctx, candidate.group), units, Budget)
         if victims is None:
             ask_to_wake(ctx, protection)
         elif preempt_refusal(ctx, candidate, victims):
             ctx.transaction.revert(mark)
-        else:
+        elif book(ctx, mark) is None:
             record(ctx, candidate, victims, self.name)

@@ -21,7 +21,10 @@
    evicted in the transaction, and the job placed with `place_gang`; if it
    does not fit, everything rolls back and more room is asked for; once it
    fits, victims on nodes the job did not use are given back and the fit
-   checked again. The evictions and the job's binds go into the same plan.
+   checked again. The job is placed as `booking.placeable` shows it, and the
+   whole step booked on the queues by `booking.book` (undone when the job's
+   GPUs would pass a per-GPU-type limit). The evictions and the job's binds
+   go into the same plan.
 Pure: no I/O.
 """
 
@@ -36,6 +39,7 @@ import numpy as np
 
 from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.allocate import missing_minimum
+from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.ordering import (
     EPSILON,
     Candidate,
@@ -298,11 +302,9 @@ def _units_of(tx: Transaction, group: PodGroupState, priority: int) -> list[Vict
 def record(
     ctx: CycleContext, candidate: Candidate, victims: Sequence[VictimUnit], reason: str
 ) -> None:
-    """Evictions into the plan, and the queues' holdings moved to match."""
+    """Evictions into the plan (the queues' holdings were moved by `booking.book`)."""
     group = candidate.group
-    ctx.ledger.add(group.queue, candidate.request, is_preemptible(group, candidate.priority))
     for unit in victims:
-        ctx.ledger.add(unit.queue, Resources() - unit.requests, True)
         ctx.plan.evictions.extend(Evict(p.key, unit.group.key, reason) for p in unit.pods)
     ctx.plan.statuses[:] = [s for s in ctx.plan.statuses if s.group != group.key]
     ctx.plan.statuses.append(GroupStatus(group.key, True))
@@ -341,8 +343,9 @@ class ReclaimAction:
         may_take = functools.cache(budget.reclaimer_may_take_from)
         units = running_units(ctx, lambda g, _: may_take(g.queue), protection)
         new_budget = lambda: FairShareBudget(ctx.ledger, contested, group.queue, candidate.request)  # noqa: E731
-        victims = evict_to_fit(ctx, group, units, new_budget)
+        mark = ctx.transaction.checkpoint()
+        victims = evict_to_fit(ctx, placeable(ctx, group), units, new_budget)
         if victims is None:
             ask_to_wake(ctx, protection)
-        else:
+        elif book(ctx, mark) is None:
             record(ctx, candidate, victims, self.name)
