@@ -42,6 +42,7 @@ from kai_ray.values.names import POD_GROUP_ANNOTATION
 from kai_ray.workloads.grouping import derive_groups
 from kai_ray.workloads.membership import (
     RAY_CLUSTER_LABEL,
+    as_written,
     needs_derived_group,
     owner_of_kind,
     with_membership,
@@ -270,7 +271,7 @@ class SchedulingLoop:
             if not needs_derived_group(obj, self.scheduler):
                 continue
             try:
-                groups = derive_groups(obj)
+                groups = derive_groups(as_written(obj))
             except InvalidObjectError as err:
                 self._report_bad_workload(kind, obj, err)
                 continue

@@ -30,6 +30,9 @@ Obj = Mapping[str, Any]
 RayJobOf = Callable[[str, str], str | None]
 
 RAY_CLUSTER_LABEL = "ray.io/cluster"
+#: Beside a `kai-ray.io/pod-group` that kai-ray wrote from the controller's labels
+#: (not the user): such a pod's gang is still the workload's, derived.
+DERIVED_ANNOTATION = "kai-ray.io/pod-group-derived"
 
 
 def owner_of_kind(obj: Obj, kinds: tuple[str, ...]) -> str | None:
@@ -57,7 +60,7 @@ def with_membership(pod: Obj, rayjob_of: RayJobOf) -> Obj:
     new_labels = {**labels, SUBGROUP_LABEL: subgroup} if subgroup else dict(labels)
     new_meta = {
         **meta,
-        "annotations": {**annotations, POD_GROUP_ANNOTATION: group},
+        "annotations": {**annotations, POD_GROUP_ANNOTATION: group, DERIVED_ANNOTATION: "true"},
         "labels": new_labels,
     }
     return {**pod, "metadata": new_meta}
@@ -102,9 +105,22 @@ def needs_derived_group(obj: Obj, scheduler_name: str) -> bool:
         owned = owner_of_kind(obj, ("Job", "RayCluster", "ReplicaSet", "StatefulSet", "PodClique"))
         labels = meta.get("labels") or {}
         from_controller = any(key in labels for key in (RAY_CLUSTER_LABEL, "job-name"))
-        written = pod_group_name_written(meta.get("annotations") or {})
-        return owned is None and not from_controller and not written
+        annotations = meta.get("annotations") or {}
+        chosen = pod_group_name_written(annotations) and DERIVED_ANNOTATION not in annotations
+        return owned is None and not from_controller and not chosen
     return kind in ("Job", "RayJob")
+
+
+def as_written(obj: Obj) -> Obj:
+    """The workload as its author wrote it: a pod without the gang kai-ray derived."""
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    if obj.get("kind") != "Pod" or DERIVED_ANNOTATION not in annotations:
+        return obj
+    kept = {
+        k: v for k, v in annotations.items() if k not in (DERIVED_ANNOTATION, POD_GROUP_ANNOTATION)
+    }
+    return {**obj, "metadata": {**meta, "annotations": kept}}
 
 
 def admission_changes(pod: Obj, scheduler_name: str, rayjob_of: RayJobOf) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from kai_ray.workloads.expected_pods import pods_for_workload
 from kai_ray.workloads.grouping import derive_group
 from kai_ray.workloads.membership import (
     admission_changes,
+    as_written,
     holds_with_suspend,
     needs_derived_group,
     with_membership,
@@ -172,3 +173,13 @@ def test_a_suspended_raycluster_that_does_not_fit_stays_suspended() -> None:
         plan, cache.snapshot(), 0.0
     )
     assert report.resumed == []
+
+
+def test_a_bare_pod_keeps_its_own_gang_after_kai_ray_names_it() -> None:
+    bare = ours(pod())
+    named = with_membership(bare, lambda ns, cluster: None)
+    assert named["metadata"]["annotations"][POD_GROUP_ANNOTATION] == "pod-solo"
+    assert needs_derived_group(named, "kai-ray")  # the name kai-ray wrote is not a choice
+    assert derive_group(as_written(named)).name == "pod-solo"
+    chosen = ours(pod(annotations={POD_GROUP_ANNOTATION: "mine"}))
+    assert not needs_derived_group(chosen, "kai-ray")
