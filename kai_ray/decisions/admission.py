@@ -21,7 +21,9 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kai_ray.decisions.ordering import EPSILON, QueueLedger, limit_of, quota_of
+from kai_ray.decisions.fairness import limit_of, quota_of
+from kai_ray.decisions.ledger import QueueLedger
+from kai_ray.decisions.ordering import EPSILON
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.queues import QueueNode, QueueTree

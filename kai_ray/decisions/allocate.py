@@ -17,18 +17,14 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.booking import book, placeable
+from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.ordering import Candidate, WaitingJobs, group_priority, take_next
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.plan import GroupStatus
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState, total_requests
-
-if TYPE_CHECKING:
-    from kai_ray.decisions.cycle import CycleContext
 
 
 def pending_pods(group: PodGroupState) -> list[PodState]:

@@ -9,15 +9,17 @@ view of a group, `placeable`, so that no action can forget a quota rule:
   each added to (or taken from) its group's queue, GPUs on nodes of a
   labelled type to the queue's per-type tallies as well. When a queue would
   pass a per-GPU-type limit with what it gains, nothing is booked: the
-  transaction is rolled back to `mark` and the reason returned.
+  transaction is rolled back to `mark` and the reason returned;
+- `held_ledger(snapshot, shares)`: the ledger as the cycle opens it, with what
+  every queue's bound members hold.
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from kai_ray.decisions.admission import (
     TypedKey,
@@ -28,14 +30,14 @@ from kai_ray.decisions.admission import (
     typed_keys,
     typed_limit_refusal,
 )
+from kai_ray.decisions.context import CycleContext
+from kai_ray.decisions.ledger import QueueLedger
 from kai_ray.decisions.ordering import group_priority
 from kai_ray.decisions.transaction import Placement, Transaction
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
+from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.resources import GPU, Resources, add_into
-
-if TYPE_CHECKING:
-    from kai_ray.decisions.cycle import CycleContext
 
 
 def placeable(ctx: CycleContext, group: PodGroupState) -> PodGroupState:
@@ -113,3 +115,75 @@ def held_by(tx: Transaction, placement: Placement) -> Resources:
     """What a placement holds (or a removal gives back), a GPU share as a part of a GPU."""
     pod: PodState = tx.snapshot.pods[placement.bind.pod]
     return pod.requests + {GPU: placement.bind.gpu_fraction}
+
+
+# ------------------------------------------------- what the queues hold at first
+
+
+#: The empty vector, shared (vectors are immutable).
+NOTHING = Resources()
+
+
+def held_ledger(snapshot: Snapshot, shares: Mapping[str, Resources]) -> QueueLedger:
+    """What every queue holds at the start of the cycle (bound live pods), GPUs
+    of the types its queues limit included."""
+    ledger = QueueLedger(snapshot.queues, shares)
+    sums = _HeldSums()
+    keys_of: dict[str, tuple[TypedKey, ...]] = {}
+    # Groups without typed limits above their queue are summed per leaf first (from
+    # each group's own sum), then rolled up.
+    per_leaf: dict[tuple[str, bool], dict[str, float]] = {}
+    for group in snapshot.pod_groups.values():
+        preemptible = is_preemptible(group, group_priority(group))
+        keys = keys_of.get(group.queue)
+        if keys is None:
+            keys = keys_of[group.queue] = typed_keys(snapshot.queues, group.queue)
+        if not keys:
+            if group.bound:
+                add_into(per_leaf.setdefault((group.queue, preemptible), {}), group.bound_requests)
+            continue
+        path = ledger.path(group.queue)
+        for requests, labels in _bound_requests(snapshot, group):
+            # No typed limit above the queue: the typed tally is empty for every pod.
+            typed = typed_gpus(keys, [(labels, requests[GPU])]) if keys else NOTHING
+            sums.add(path, requests, typed, preemptible)
+    for (leaf, preemptible), amounts in per_leaf.items():
+        sums.add(ledger.path(leaf), Resources.from_canonical(amounts), NOTHING, preemptible)
+    sums.fill(ledger)
+    return ledger
+
+
+def _bound_requests(
+    snapshot: Snapshot, group: PodGroupState
+) -> Iterator[tuple[Resources, Mapping[str, str]]]:
+    """What each bound member holds, with its node's labels."""
+    for pod in group.bound:
+        yield pod.effective_requests, snapshot.labels[snapshot.node_index[pod.node or ""]]
+
+
+@dataclass
+class _HeldSums:
+    """The ledger's three tallies as plain dicts, made into vectors once, in `fill`."""
+
+    allocated: dict[str, dict[str, float]] = field(default_factory=dict)
+    non_preemptible: dict[str, dict[str, float]] = field(default_factory=dict)
+    typed: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def add(
+        self, path: tuple[str, ...], requests: Resources, typed: Resources, preemptible: bool
+    ) -> None:
+        for name in path:
+            add_into(self.allocated.setdefault(name, {}), requests)
+            if not preemptible:
+                add_into(self.non_preemptible.setdefault(name, {}), requests)
+        for name in path:
+            add_into(self.typed.setdefault(name, {}), typed)
+
+    def fill(self, ledger: QueueLedger) -> None:
+        ledger.allocated = _vectors(self.allocated)
+        ledger.non_preemptible = _vectors(self.non_preemptible)
+        ledger.typed = _vectors(self.typed)
+
+
+def _vectors(sums: dict[str, dict[str, float]]) -> dict[str, Resources]:
+    return {name: Resources.from_canonical(amounts) for name, amounts in sums.items()}

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.booking import book, placeable
+from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.ordering import group_priority
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.plan import Evict, GroupStatus
@@ -44,9 +44,6 @@ from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState, total_requests
 from kai_ray.values.config import SchedulerConfigSpec
 from kai_ray.values.resources import GPU, Resources
-
-if TYPE_CHECKING:
-    from kai_ray.decisions.cycle import CycleContext
 
 CONSOLIDATION = "consolidation"
 

@@ -12,7 +12,9 @@ level, with the parent's share as the total:
 Idle quota is not held back: a queue that asks for less than its quota frees
 the rest for its siblings. With time-based fairness on (k > 0), over-quota
 weights are shifted by decayed usage: P = max(0, W + k*(W - U)).
-Pure: no I/O.
+Its inputs are here too: what the leaves ask for (`leaf_requests`), what the
+queues share (`cluster_capacity`), and the one lookup of a queue's bounds
+(`queue_resource`, `quota_of`, `limit_of`). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kai_ray.state.queues import QueueNode, QueueTree
-from kai_ray.values.resources import CPU, MEMORY, Resources, canonical_name
+from kai_ray.state.snapshot import Snapshot
+from kai_ray.values.resources import CPU, MEMORY, Resources, add_into, canonical_name
 
 #: queue -> resource -> decayed usage as a fraction of the cluster.
 Usage = Mapping[str, Mapping[str, float]]
@@ -48,11 +51,43 @@ class Claim:
 
 
 def queue_resource(node: QueueNode, resource: str) -> tuple[float, float, float]:
-    """(quota, limit, overQuotaWeight) of one resource of one queue."""
+    """(quota, limit, overQuotaWeight) of one resource of one queue: the one lookup
+    of a queue's bounds (unset: no quota, no limit, weight 1)."""
     for key, entry in node.spec.resources.items():
         if canonical_name(key) == resource:
             return entry.quota_amount, entry.limit_amount, entry.overQuotaWeight
     return 0.0, math.inf, 1.0
+
+
+def quota_of(tree: QueueTree, name: str, resource: str) -> float:
+    return queue_resource(tree[name], resource)[0]
+
+
+def limit_of(tree: QueueTree, name: str, resource: str) -> float:
+    return queue_resource(tree[name], resource)[1]
+
+
+def leaf_requests(snapshot: Snapshot) -> dict[str, Resources]:
+    """What each leaf queue's live pods ask for, bound or pending."""
+    # Each group's sum (kept with its state), summed into plain dicts per queue.
+    totals: dict[str, dict[str, float]] = {}
+    for group in snapshot.pod_groups.values():
+        if group.live:
+            add_into(totals.setdefault(group.queue, {}), group.live_requests)
+    return {queue: Resources.from_canonical(amounts) for queue, amounts in totals.items()}
+
+
+def cluster_capacity(snapshot: Snapshot, scheduler_name: str) -> Resources:
+    """What the queues share: allocatable on schedulable nodes, less what other
+    schedulers' pods hold there."""
+    usable = snapshot.allocatable[snapshot.schedulable].sum(axis=0)
+    total = Resources(dict(zip(snapshot.resource_names, usable.tolist(), strict=True)))
+    for pod in snapshot.pods.values():
+        node = snapshot.node_index.get(pod.node or "")
+        foreign = pod.scheduler != scheduler_name and not pod.terminal
+        if foreign and node is not None and snapshot.schedulable[node]:
+            total = total - pod.effective_requests
+    return total
 
 
 def _floor(amount: float, unit: float) -> float:

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from kai_ray.decisions.fairness import limit_of as limit_of
+from kai_ray.decisions.fairness import quota_of as quota_of
+from kai_ray.decisions.ledger import QueueLedger
 from kai_ray.state.groups import PodGroupState
-from kai_ray.state.queues import QueueTree
-from kai_ray.values.resources import Resources, canonical_name
+from kai_ray.values.resources import Resources
 
 EPSILON = 1e-9
 #: The weight of a resource a queue has no allocatable share of (KAI's penalty).
@@ -53,42 +55,6 @@ def group_priority(group: PodGroupState) -> int:
     return group.pod_priority
 
 
-@dataclass
-class QueueLedger:
-    """What each queue holds this cycle, rolled up to every ancestor; it grows as
-    jobs are placed. `non_preemptible` counts only non-preemptible jobs."""
-
-    tree: QueueTree
-    fair_share: Mapping[str, Resources]
-    allocated: dict[str, Resources] = field(default_factory=dict)
-    non_preemptible: dict[str, Resources] = field(default_factory=dict)
-    #: GPUs by per-type key (`nvidia.com/gpu.product=H100`); only limits read these.
-    typed: dict[str, Resources] = field(default_factory=dict)
-
-    def path(self, leaf: str) -> tuple[str, ...]:
-        """The leaf and its ancestors, leaf first."""
-        return (leaf, *self.tree.ancestors(leaf))
-
-    def add(self, leaf: str, amount: Resources, preemptible: bool) -> None:
-        for name in self.path(leaf):
-            self.allocated[name] = self.held(name) + amount
-            if not preemptible:
-                self.non_preemptible[name] = self.held_non_preemptible(name) + amount
-
-    def add_typed(self, leaf: str, amount: Resources) -> None:
-        for name in self.path(leaf):
-            self.typed[name] = self.held_typed(name) + amount
-
-    def held_typed(self, name: str) -> Resources:
-        return self.typed.get(name, Resources())
-
-    def held(self, name: str) -> Resources:
-        return self.allocated.get(name, Resources())
-
-    def held_non_preemptible(self, name: str) -> Resources:
-        return self.non_preemptible.get(name, Resources())
-
-
 @dataclass(frozen=True)
 class Candidate:
     """One job waiting in a leaf queue, with what the next attempt asks for."""
@@ -105,23 +71,6 @@ class Candidate:
 def job_key(candidate: Candidate) -> tuple[int, str, str]:
     """Inside a queue: higher priority first, then the older job."""
     return (-candidate.priority, candidate.group.creation_timestamp, candidate.group.key)
-
-
-def quota_of(tree: QueueTree, name: str, resource: str) -> float:
-    entry = _entry(tree, name, resource)
-    return entry[0] if entry else 0.0
-
-
-def limit_of(tree: QueueTree, name: str, resource: str) -> float:
-    entry = _entry(tree, name, resource)
-    return entry[1] if entry else float("inf")
-
-
-def _entry(tree: QueueTree, name: str, resource: str) -> tuple[float, float] | None:
-    for key, entry in tree[name].spec.resources.items():
-        if canonical_name(key) == resource:
-            return entry.quota_amount, entry.limit_amount
-    return None
 
 
 def over_fair_share(ledger: QueueLedger, name: str) -> bool:

@@ -62,8 +62,6 @@ class Plan:
     statuses: list[GroupStatus] = field(default_factory=list)
     #: Run again at this time even if nothing changes (a grace period or min runtime ends).
     wake_at: float | None = None
-    #: Things a person may want to know about the cycle itself (skipped actions).
-    notes: list[str] = field(default_factory=list)
 
     def wake_no_later_than(self, t: float) -> None:
         """Ask for a cycle at `t` at the latest (timers of several actions combine)."""

@@ -8,7 +8,7 @@
    strictly lower priority, not protected by `preemptMinRuntime`; elastic
    extras go one by one before any whole gang (`victims.victim_units`);
 4. victims are chosen, evicted and the job placed through the one
-   transaction exactly as reclaim does (`reclaim.evict_to_fit`), and booked
+   transaction exactly as reclaim does (`eviction.evict_to_fit`), and booked
    on the queue as every action books (`booking.book`, per-GPU-type limits
    included); the evictions (reason `preempt`) and the job's binds go into
    the same plan.
@@ -18,8 +18,6 @@ uses, so preemption never moves resources between queues. Pure: no I/O.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kai_ray.decisions.admission import (
     is_preemptible,
     limit_refusal,
@@ -27,20 +25,18 @@ from kai_ray.decisions.admission import (
     quota_refusal,
 )
 from kai_ray.decisions.booking import book, placeable
-from kai_ray.decisions.ordering import Candidate, take_next
-from kai_ray.decisions.reclaim import (
+from kai_ray.decisions.context import CycleContext
+from kai_ray.decisions.eviction import (
     ask_to_wake,
     evict_to_fit,
     record,
     running_units,
     waiting_candidates,
 )
+from kai_ray.decisions.ordering import Candidate, take_next
 from kai_ray.decisions.runtime import Protection, RuntimeField
 from kai_ray.decisions.victims import Budget, VictimUnit
 from kai_ray.values.resources import Resources
-
-if TYPE_CHECKING:
-    from kai_ray.decisions.cycle import CycleContext
 
 
 def preempt_refusal(

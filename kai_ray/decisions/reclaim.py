@@ -17,11 +17,9 @@
      from, since a contested resource's fair share is at least the quota (or
      the whole request). Resources nobody lacks may go: they come straight back.
    The full fair share is restored between siblings, not only the quota.
-5. `evict_to_fit`: victims are chosen greedily (`victims.select_victims`),
-   evicted in the transaction, and the job placed with `place_gang`; if it
-   does not fit, everything rolls back and more room is asked for; once it
-   fits, victims on nodes the job did not use are given back and the fit
-   checked again. The job is placed as `booking.placeable` shows it, and the
+5. the steps preempt shares (`eviction.py`): victims chosen greedily,
+   evicted in the transaction and the job placed (`eviction.evict_to_fit`).
+   The job is placed as `booking.placeable` shows it, and the
    whole step booked on the queues by `booking.book` (undone when the job's
    GPUs would pass a per-GPU-type limit). The evictions and the job's binds
    go into the same plan.
@@ -30,47 +28,25 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
-
-import numpy as np
+from collections.abc import Iterable, Mapping, Sequence
 
 from kai_ray.decisions.admission import is_preemptible, refusal
-from kai_ray.decisions.allocate import missing_minimum
 from kai_ray.decisions.booking import book, placeable
-from kai_ray.decisions.ordering import (
-    EPSILON,
-    Candidate,
-    QueueLedger,
-    WaitingJobs,
-    group_priority,
-    take_next,
+from kai_ray.decisions.context import CycleContext
+from kai_ray.decisions.eviction import (
+    ask_to_wake,
+    evict_to_fit,
+    record,
+    running_units,
+    waiting_candidates,
 )
-from kai_ray.decisions.placement import place_gang
-from kai_ray.decisions.placement.filters import static_mask
-from kai_ray.decisions.plan import Evict, GroupStatus
-from kai_ray.decisions.runtime import Protection, RuntimeField, started_at
-from kai_ray.decisions.transaction import Transaction, held_vector
-from kai_ray.decisions.victims import (
-    Budget,
-    Need,
-    PodVector,
-    VictimUnit,
-    select_victims,
-    victim_units,
-)
+from kai_ray.decisions.ledger import QueueLedger
+from kai_ray.decisions.ordering import EPSILON, Candidate, take_next
+from kai_ray.decisions.runtime import Protection, RuntimeField
+from kai_ray.decisions.victims import Budget, VictimUnit
 from kai_ray.state.groups import PodGroupState
-from kai_ray.state.pod_states import PodState, total_requests
-from kai_ray.values.resources import GPU, Resources, add_into
-
-if TYPE_CHECKING:
-    from kai_ray.decisions.cycle import CycleContext
-
-#: Selections tried before giving up on a job: the need, then with this much more room each.
-SLACK = (0.0, 1.0, 3.0)
-
+from kai_ray.values.resources import Resources, add_into
 
 # ------------------------------------------------------------- fairness rules
 
@@ -169,152 +145,6 @@ class FairShareBudget(Budget):
 
 
 # ------------------------------------------------- simulate and roll back
-
-
-def job_need(tx: Transaction, group: PodGroupState) -> Need | None:
-    """The group's missing minimum as copies of its largest pod, on nodes all may use."""
-    pods = missing_minimum(group)
-    if not pods:
-        return None
-    vectors = np.array([held_vector(tx.snapshot, pod) for pod in pods])
-    allowed = np.logical_and.reduce([static_mask(tx, pod) for pod in pods])
-    return Need(vectors.max(axis=0), len(pods), allowed, tx.snapshot.column(GPU))
-
-
-def evict_to_fit(
-    ctx: CycleContext,
-    group: PodGroupState,
-    units: Sequence[VictimUnit],
-    new_budget: Callable[[], Budget],
-) -> list[VictimUnit] | None:
-    """The victims whose eviction lets the group's minimum fit, evicted and the group
-    placed (both committed in the transaction); None, with nothing changed, if none do."""
-    tx, need = ctx.transaction, job_need(ctx.transaction, group)
-    if need is None or not units:
-        return None
-    for slack in SLACK:
-        wanted = dataclasses.replace(need, count=need.count + int(slack * need.count))
-        chosen = select_victims(tx.free, wanted, units, _vector(tx), _node_of(tx), new_budget())
-        if chosen is None:
-            break
-        victims = whole_gangs(chosen, units)
-        if chosen and new_budget().take(victims) and (kept := _fit_and_trim(ctx, group, victims)):
-            return kept
-    everything = whole_gangs(_everything(units, new_budget()), units)
-    return _fit_and_trim(ctx, group, everything) if new_budget().take(everything) else None
-
-
-def whole_gangs(chosen: Sequence[VictimUnit], units: Sequence[VictimUnit]) -> list[VictimUnit]:
-    """`chosen`, plus every extra of a gang whose core is chosen (no gang is left broken)."""
-    cores = {u.group.key for u in chosen if not u.extra}
-    picked = {id(u) for u in chosen}
-    return [*chosen, *(u for u in units if u.group.key in cores and id(u) not in picked)]
-
-
-def _everything(units: Sequence[VictimUnit], budget: Budget) -> list[VictimUnit]:
-    return [unit for unit in units if budget.take([unit])]
-
-
-def _fit_and_trim(
-    ctx: CycleContext, group: PodGroupState, victims: list[VictimUnit]
-) -> list[VictimUnit] | None:
-    tx = ctx.transaction
-    mark = tx.checkpoint()
-    if not victims or not _try_fit(ctx, group, victims):
-        return None
-    used = {p.node for p in tx.placements[mark:] if not p.removal}
-    node_of = _node_of(tx)
-    needed = [u for u in victims if any(node_of(p) in used for p in u.pods)]
-    needed = whole_gangs(needed, victims)
-    if len(needed) == len(victims):
-        return victims
-    tx.revert(mark)
-    if _try_fit(ctx, group, needed):
-        return needed
-    _try_fit(ctx, group, victims)  # the same steps as before: it fits again
-    return victims
-
-
-def _try_fit(ctx: CycleContext, group: PodGroupState, victims: Sequence[VictimUnit]) -> bool:
-    tx = ctx.transaction
-    mark = tx.checkpoint()
-    for unit in victims:
-        for pod in unit.pods:
-            tx.evict(pod, unit.group.key)
-    if place_gang(tx, group, ctx.config).admitted:
-        return True
-    tx.revert(mark)
-    return False
-
-
-def _vector(tx: Transaction) -> PodVector:
-    return lambda pod: held_vector(tx.snapshot, pod)
-
-
-def _node_of(tx: Transaction) -> Callable[[PodState], int]:
-    index = tx.snapshot.node_index
-    return lambda pod: index[pod.node or ""]
-
-
-# ------------------------------------------------------- shared action steps
-
-
-def waiting_candidates(ctx: CycleContext) -> WaitingJobs:
-    """Groups whose minimum is still missing and that nothing placed this cycle."""
-    waiting = WaitingJobs()
-    for group in ctx.snapshot.pod_groups.values():
-        missing = missing_minimum(group)
-        if missing and not any(p.key in ctx.transaction.placed for p in missing):
-            waiting.add(Candidate(group, total_requests(missing), group_priority(group)))
-    return waiting
-
-
-def running_units(
-    ctx: CycleContext, keep: Callable[[PodGroupState, int], bool], protection: Protection
-) -> list[VictimUnit]:
-    """Units of running preemptible groups of this scheduler that `keep` accepts,
-    untouched so far this cycle and not protected by a min-runtime."""
-    units: list[VictimUnit] = []
-    for group in ctx.snapshot.pod_groups.values():
-        priority = group_priority(group)
-        if not is_preemptible(group, priority) or not keep(group, priority):
-            continue
-        if any(p.scheduler != ctx.config.schedulerName for p in group.live_pods()):
-            continue  # another scheduler's pods are not ours to evict
-        if not group.seen_whole:
-            continue  # a member on a node the snapshot does not know cannot be judged
-        for unit in _units_of(ctx.transaction, group, priority):
-            untouched = not any(p.key in ctx.transaction.removed for p in unit.pods)
-            if untouched and not protection.protects(unit):
-                units.append(unit)
-    return units
-
-
-def _units_of(tx: Transaction, group: PodGroupState, priority: int) -> list[VictimUnit]:
-    """The group's victim units, cut once per cycle (they depend on the snapshot alone)."""
-    key = ("victim-units", group.key)
-    if key not in tx.memo:
-        tx.memo[key] = victim_units(group, priority, started_at(group))
-    units: list[VictimUnit] = tx.memo[key]
-    return units
-
-
-def record(
-    ctx: CycleContext, candidate: Candidate, victims: Sequence[VictimUnit], reason: str
-) -> None:
-    """Evictions into the plan (the queues' holdings were moved by `booking.book`)."""
-    group = candidate.group
-    for unit in victims:
-        ctx.plan.evictions.extend(Evict(p.key, unit.group.key, reason) for p in unit.pods)
-    ctx.plan.statuses[:] = [s for s in ctx.plan.statuses if s.group != group.key]
-    ctx.plan.statuses.append(GroupStatus(group.key, True))
-    names = ", ".join(u.label() for u in victims)
-    ctx.log.info("%s: %s makes room by evicting %s", reason, group.key, names)
-
-
-def ask_to_wake(ctx: CycleContext, protection: Protection) -> None:
-    if protection.earliest_end is not None:
-        ctx.plan.wake_no_later_than(protection.earliest_end)
 
 
 # ------------------------------------------------------------------- action

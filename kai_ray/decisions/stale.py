@@ -24,17 +24,14 @@ the cycle's transaction. Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING
 
+from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.plan import Evict, GroupStatus, Staleness
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
 from kai_ray.values.api import PodGroupSpec, SubGroup
 from kai_ray.values.clock import rfc3339, unix_seconds
 from kai_ray.values.config import SchedulerConfigSpec, duration_seconds
-
-if TYPE_CHECKING:
-    from kai_ray.decisions.cycle import CycleContext
 
 STALE_CONDITION = "Stale"
 STALE_GANG = "stale-gang"

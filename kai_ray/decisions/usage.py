@@ -12,15 +12,18 @@ part in `Queue.status.usage`, so a restart loses nothing). Allocations are
 treated as constant between two cycles, which makes the integral exact:
 an amount `a` held for `t` seconds adds `a * tau * (1 - 0.5 ** (t / h))`,
 with `tau = h / ln 2`, to a total that itself decays by `0.5 ** (t / h)`.
-Pure: no I/O.
+`usage_until` brings a cycle's usage up to its `now`. Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kai_ray.state.snapshot import Snapshot
+from kai_ray.values.config import SchedulerConfigSpec, duration_seconds
 from kai_ray.values.resources import Resources
 
 Amounts = Mapping[str, float]
@@ -114,3 +117,22 @@ def _queue_usage(
 def usage_from_queues(queues: Mapping[str, Amounts]) -> UsageState:
     """The state after a restart: fractions as persisted, capacity taken as steady."""
     return UsageState(queues={name: dict(amounts) for name, amounts in queues.items()})
+
+
+def usage_until(
+    snapshot: Snapshot,
+    spec: SchedulerConfigSpec,
+    previous: UsageState | None,
+    now: float,
+    capacity: Resources,
+) -> UsageState:
+    """Usage brought up to `now`: the interval since the last cycle integrated at
+    the rate the queues held since then (nothing to integrate after a restart);
+    `capacity` is what the queues share (`fairness.cluster_capacity`)."""
+    state = previous or usage_from_queues(
+        {name: node.usage for name, node in snapshot.queues.nodes.items()}
+    )
+    elapsed = 0.0 if state.updated_s is None else now - state.updated_s
+    half_life = duration_seconds(spec.timeBasedFairness.halfLife)
+    advanced = advance_usage(state, state.allocated, capacity, elapsed, half_life)
+    return dataclasses.replace(advanced, updated_s=now)

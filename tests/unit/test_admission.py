@@ -14,7 +14,8 @@ from kai_ray.decisions.admission import (
     typed_keys,
     typed_limit_refusal,
 )
-from kai_ray.decisions.ordering import QueueLedger, group_priority
+from kai_ray.decisions.ledger import QueueLedger
+from kai_ray.decisions.ordering import group_priority
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
 from kai_ray.values.resources import GPU, Resources
 from tests.builders import make_pod_group, make_queue

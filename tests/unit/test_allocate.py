@@ -10,16 +10,11 @@ from typing import Any
 import pytest
 
 from kai_ray.decisions.allocate import AllocateAction
-from kai_ray.decisions.cycle import (
-    ActionRegistry,
-    CycleContext,
-    CycleResult,
-    builtin_actions,
-    run_cycle,
-)
+from kai_ray.decisions.context import ActionRegistry, CycleContext
+from kai_ray.decisions.cycle import CycleResult, builtin_actions, run_cycle
 from kai_ray.decisions.usage import UsageState
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
-from kai_ray.values.config import SchedulerConfig
+from kai_ray.values.config import DEFAULT_ACTIONS, SchedulerConfig
 from kai_ray.values.errors import InvalidObjectError
 from kai_ray.values.resources import GPU
 from tests.builders import make_node, make_pod, make_pod_group, make_queue
@@ -149,17 +144,17 @@ def test_an_unknown_action_name_is_an_error_naming_the_field() -> None:
         _cycle([], [], [], config)
 
 
-def test_a_default_action_missing_from_a_custom_registry_is_skipped_with_a_note() -> None:
+def test_an_action_the_registry_does_not_hold_is_an_error() -> None:
     registry = ActionRegistry()
     registry.register(AllocateAction())
     objects = ClusterObjects(queues=[q.build() for q in _two_teams()])
-    result = run_cycle(build_snapshot(objects), SchedulerConfig(), 1, 0.0, registry=registry)
-    assert "action 'reclaim' is not built yet; skipped" in result.plan.notes
+    unknown = r"unknown action 'consolidate' \(known: allocate\)"
+    with pytest.raises(InvalidObjectError, match=unknown):
+        run_cycle(build_snapshot(objects), SchedulerConfig(), 1, 0.0, registry=registry)
 
 
 def test_every_default_action_is_built_in() -> None:
-    result = _cycle([], [], [])
-    assert not any("not built yet" in note for note in result.plan.notes)
+    assert set(DEFAULT_ACTIONS) <= set(builtin_actions().names())
 
 
 def test_a_registry_decides_which_actions_exist() -> None:
@@ -172,7 +167,8 @@ def test_a_registry_decides_which_actions_exist() -> None:
         pod_groups=[jobs[0][0].build()],
         pods=[make_pod("g-0").group("g").gpus(1).build()],
     )
-    result = run_cycle(build_snapshot(objects), SchedulerConfig(), 1, 0.0, registry=registry)
+    only_allocate = SchedulerConfig.model_validate({"spec": {"actions": ["allocate"]}})
+    result = run_cycle(build_snapshot(objects), only_allocate, 1, 0.0, registry=registry)
     assert not result.plan.binds
 
 

@@ -7,13 +7,8 @@ from typing import Any
 
 import pytest
 
-from kai_ray.decisions.ordering import (
-    Candidate,
-    QueueLedger,
-    WaitingJobs,
-    group_priority,
-    next_candidate,
-)
+from kai_ray.decisions.ledger import QueueLedger
+from kai_ray.decisions.ordering import Candidate, WaitingJobs, group_priority, next_candidate
 from kai_ray.state.snapshot import ClusterObjects, Snapshot, build_snapshot
 from kai_ray.values.resources import GPU, Resources
 from tests.builders import make_pod, make_pod_group, make_queue

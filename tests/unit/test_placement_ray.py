@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from kai_ray.decisions.placement import place_extras, place_gang
-from kai_ray.decisions.placement.backend import LocalBackend, backend_for, use_ray
+from kai_ray.decisions.placement.backend import LocalBackend
+from kai_ray.decisions.placement.backend_choice import backend_for, use_ray
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.config import RayBackend, SchedulerConfigSpec

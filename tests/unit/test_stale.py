@@ -227,7 +227,7 @@ def test_the_stale_condition_says_true_since_then_or_false_now() -> None:
 
 def _resolved(actions: list[str]) -> list[str]:
     config = SchedulerConfig.model_validate({"spec": {"actions": actions}})
-    return [action.name for action in resolve_actions(config, builtin_actions())[0]]
+    return [action.name for action in resolve_actions(config, builtin_actions())]
 
 
 @pytest.mark.parametrize(

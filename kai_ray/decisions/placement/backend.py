@@ -7,8 +7,8 @@ the transaction's state; the Ray backend (`ray_backend.py`) splits the nodes
 into shards evaluated by Ray tasks over one copy of the snapshot's node arrays
 in Ray's object store. Both call the same `fit.room` and sum integers, so they
 return identical answers and the plan does not depend on the backend.
-`backend_for` picks one per transaction from `SchedulerConfig.rayBackend`;
-Ray is never imported unless it is picked. Pure: no I/O (the Ray backend aside).
+`backend_choice.backend_for` picks one per transaction from
+`SchedulerConfig.rayBackend`. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -22,11 +22,9 @@ import numpy.typing as npt
 from kai_ray.decisions.placement.fit import room_on
 from kai_ray.decisions.placement.shapes import PodShape
 from kai_ray.decisions.transaction import LevelKey, Transaction
-from kai_ray.values.config import RayBackend, SchedulerConfigSpec
 
 Counts = npt.NDArray[np.int64]
 Indices = npt.NDArray[np.intp]
-BACKEND_MEMO = "placement-backend"
 
 
 @dataclass(frozen=True)
@@ -78,29 +76,3 @@ def per_domain(
     sums = np.zeros(domains, dtype=np.int64)
     np.add.at(sums, owner[inside], counts[inside])
     return sums
-
-
-def use_ray(settings: RayBackend, node_count: int) -> bool:
-    """Ray when told to, or in auto mode from `minNodes` nodes on."""
-    if settings.mode == "never":
-        return False
-    return settings.mode == "always" or node_count >= settings.minNodes
-
-
-def backend_for(tx: Transaction, config: SchedulerConfigSpec) -> PlacementBackend:
-    """The backend of this transaction (one per cycle: the Ray one puts the snapshot once)."""
-    backend = tx.memo.get(BACKEND_MEMO)
-    if backend is None:
-        backend = _new_backend(tx, config.rayBackend)
-        tx.memo[BACKEND_MEMO] = backend
-    assert hasattr(backend, "domain_room")
-    chosen: PlacementBackend = backend
-    return chosen
-
-
-def _new_backend(tx: Transaction, settings: RayBackend) -> PlacementBackend:
-    if not use_ray(settings, len(tx.snapshot.node_names)):
-        return LocalBackend()
-    from kai_ray.decisions.placement.ray_backend import RayPlacementBackend
-
-    return RayPlacementBackend(tx, settings.address)

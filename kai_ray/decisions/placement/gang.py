@@ -19,7 +19,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kai_ray.decisions.placement import domains
-from kai_ray.decisions.placement.backend import PlacementBackend, backend_for
+from kai_ray.decisions.placement.backend import PlacementBackend
+from kai_ray.decisions.placement.backend_choice import backend_for
 from kai_ray.decisions.placement.domains import Kind, Scope
 from kai_ray.decisions.placement.filters import static_nodes
 from kai_ray.decisions.placement.fit import choose_devices, choose_node

@@ -1,0 +1,75 @@
+"""What one cycle's actions share, and the one protocol every action follows.
+
+`CycleContext` holds a cycle's inputs (snapshot, config, fair shares), its
+what-if state (the queue ledger and the transaction) and its output (the
+plan). An `Action` is one step of the cycle that adds intents to the plan;
+`ActionRegistry` lists actions by name and refuses a name twice. Which
+actions are built in, and the order they run in, is `cycle.py`'s business.
+Pure: no I/O beyond log lines, each tagged with the cycle id.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kai_ray.decisions.ledger import QueueLedger
+from kai_ray.decisions.plan import Plan
+from kai_ray.decisions.transaction import Transaction
+from kai_ray.state.snapshot import Snapshot
+from kai_ray.values.config import SchedulerConfigSpec
+from kai_ray.values.resources import Resources
+
+
+class CycleLog(logging.LoggerAdapter[logging.Logger]):
+    """Prefixes every line with the cycle id, and carries it as `extra["cycle"]`."""
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
+        extra = self.extra or {}
+        kwargs["extra"] = {**extra, **kwargs.get("extra", {})}
+        return f"[cycle {extra.get('cycle')}] {msg}", kwargs
+
+
+@dataclass
+class CycleContext:
+    """What one cycle's actions share: the inputs, the what-if state, the plan."""
+
+    snapshot: Snapshot
+    config: SchedulerConfigSpec
+    fair_shares: Mapping[str, Resources]
+    ledger: QueueLedger
+    transaction: Transaction
+    plan: Plan
+    log: CycleLog
+    now: float
+    #: What the queues share: schedulable nodes less other schedulers' pods.
+    capacity: Resources
+
+
+class Action(Protocol):
+    """One step of the cycle (allocate, reclaim, ...): adds intents to `ctx.plan`."""
+
+    @property
+    def name(self) -> str: ...
+
+    def run(self, ctx: CycleContext) -> None: ...
+
+
+class ActionRegistry:
+    """Actions by name; registering a name twice is a programming error."""
+
+    def __init__(self) -> None:
+        self._actions: dict[str, Action] = {}
+
+    def register(self, action: Action) -> None:
+        if action.name in self._actions:
+            raise ValueError(f"action {action.name!r} is registered twice")
+        self._actions[action.name] = action
+
+    def get(self, name: str) -> Action | None:
+        return self._actions.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._actions)

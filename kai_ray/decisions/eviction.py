@@ -1,0 +1,190 @@
+"""The eviction steps reclaim and preempt share: make room for one waiting job.
+
+1. `waiting_candidates`: groups whose minimum is still missing and that
+   nothing placed this cycle, as candidates in their leaf queues;
+2. `running_units`: the victim units of running, preemptible groups of this
+   scheduler that the action accepts, untouched this cycle and not protected
+   by a min-runtime (units are cut once per cycle, `victims.victim_units`);
+3. `evict_to_fit`: victims are chosen greedily (`victims.select_victims`),
+   evicted in the transaction, and the job placed with `place_gang`; if it
+   does not fit, everything rolls back and more room is asked for (`SLACK`);
+   once it fits, victims on nodes the job did not use are given back and the
+   fit checked again;
+4. `record`: the evictions and the job's status into the plan.
+Choosing victims is a pure function (`victims.py`); issuing the evictions is
+this module's. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from kai_ray.decisions.admission import is_preemptible
+from kai_ray.decisions.allocate import missing_minimum
+from kai_ray.decisions.context import CycleContext
+from kai_ray.decisions.ordering import Candidate, WaitingJobs, group_priority
+from kai_ray.decisions.placement import place_gang
+from kai_ray.decisions.placement.filters import static_mask
+from kai_ray.decisions.plan import Evict, GroupStatus
+from kai_ray.decisions.runtime import Protection, started_at
+from kai_ray.decisions.transaction import Transaction, held_vector
+from kai_ray.decisions.victims import (
+    Budget,
+    Need,
+    PodVector,
+    VictimUnit,
+    select_victims,
+    victim_units,
+)
+from kai_ray.state.groups import PodGroupState
+from kai_ray.state.pod_states import PodState, total_requests
+from kai_ray.values.resources import GPU
+
+#: Selections tried before giving up on a job: the need, then with this much more room each.
+SLACK = (0.0, 1.0, 3.0)
+
+
+def job_need(tx: Transaction, group: PodGroupState) -> Need | None:
+    """The group's missing minimum as copies of its largest pod, on nodes all may use."""
+    pods = missing_minimum(group)
+    if not pods:
+        return None
+    vectors = np.array([held_vector(tx.snapshot, pod) for pod in pods])
+    allowed = np.logical_and.reduce([static_mask(tx, pod) for pod in pods])
+    return Need(vectors.max(axis=0), len(pods), allowed, tx.snapshot.column(GPU))
+
+
+def evict_to_fit(
+    ctx: CycleContext,
+    group: PodGroupState,
+    units: Sequence[VictimUnit],
+    new_budget: Callable[[], Budget],
+) -> list[VictimUnit] | None:
+    """The victims whose eviction lets the group's minimum fit, evicted and the group
+    placed (both committed in the transaction); None, with nothing changed, if none do."""
+    tx, need = ctx.transaction, job_need(ctx.transaction, group)
+    if need is None or not units:
+        return None
+    for slack in SLACK:
+        wanted = dataclasses.replace(need, count=need.count + int(slack * need.count))
+        chosen = select_victims(tx.free, wanted, units, _vector(tx), _node_of(tx), new_budget())
+        if chosen is None:
+            break
+        victims = whole_gangs(chosen, units)
+        if chosen and new_budget().take(victims) and (kept := _fit_and_trim(ctx, group, victims)):
+            return kept
+    everything = whole_gangs(_everything(units, new_budget()), units)
+    return _fit_and_trim(ctx, group, everything) if new_budget().take(everything) else None
+
+
+def whole_gangs(chosen: Sequence[VictimUnit], units: Sequence[VictimUnit]) -> list[VictimUnit]:
+    """`chosen`, plus every extra of a gang whose core is chosen (no gang is left broken)."""
+    cores = {u.group.key for u in chosen if not u.extra}
+    picked = {id(u) for u in chosen}
+    return [*chosen, *(u for u in units if u.group.key in cores and id(u) not in picked)]
+
+
+def _everything(units: Sequence[VictimUnit], budget: Budget) -> list[VictimUnit]:
+    return [unit for unit in units if budget.take([unit])]
+
+
+def _fit_and_trim(
+    ctx: CycleContext, group: PodGroupState, victims: list[VictimUnit]
+) -> list[VictimUnit] | None:
+    tx = ctx.transaction
+    mark = tx.checkpoint()
+    if not victims or not _try_fit(ctx, group, victims):
+        return None
+    used = {p.node for p in tx.placements[mark:] if not p.removal}
+    node_of = _node_of(tx)
+    needed = [u for u in victims if any(node_of(p) in used for p in u.pods)]
+    needed = whole_gangs(needed, victims)
+    if len(needed) == len(victims):
+        return victims
+    tx.revert(mark)
+    if _try_fit(ctx, group, needed):
+        return needed
+    _try_fit(ctx, group, victims)  # the same steps as before: it fits again
+    return victims
+
+
+def _try_fit(ctx: CycleContext, group: PodGroupState, victims: Sequence[VictimUnit]) -> bool:
+    tx = ctx.transaction
+    mark = tx.checkpoint()
+    for unit in victims:
+        for pod in unit.pods:
+            tx.evict(pod, unit.group.key)
+    if place_gang(tx, group, ctx.config).admitted:
+        return True
+    tx.revert(mark)
+    return False
+
+
+def _vector(tx: Transaction) -> PodVector:
+    return lambda pod: held_vector(tx.snapshot, pod)
+
+
+def _node_of(tx: Transaction) -> Callable[[PodState], int]:
+    index = tx.snapshot.node_index
+    return lambda pod: index[pod.node or ""]
+
+
+def waiting_candidates(ctx: CycleContext) -> WaitingJobs:
+    """Groups whose minimum is still missing and that nothing placed this cycle."""
+    waiting = WaitingJobs()
+    for group in ctx.snapshot.pod_groups.values():
+        missing = missing_minimum(group)
+        if missing and not any(p.key in ctx.transaction.placed for p in missing):
+            waiting.add(Candidate(group, total_requests(missing), group_priority(group)))
+    return waiting
+
+
+def running_units(
+    ctx: CycleContext, keep: Callable[[PodGroupState, int], bool], protection: Protection
+) -> list[VictimUnit]:
+    """Units of running preemptible groups of this scheduler that `keep` accepts,
+    untouched so far this cycle and not protected by a min-runtime."""
+    units: list[VictimUnit] = []
+    for group in ctx.snapshot.pod_groups.values():
+        priority = group_priority(group)
+        if not is_preemptible(group, priority) or not keep(group, priority):
+            continue
+        if any(p.scheduler != ctx.config.schedulerName for p in group.live_pods()):
+            continue  # another scheduler's pods are not ours to evict
+        if not group.seen_whole:
+            continue  # a member on a node the snapshot does not know cannot be judged
+        for unit in _units_of(ctx.transaction, group, priority):
+            untouched = not any(p.key in ctx.transaction.removed for p in unit.pods)
+            if untouched and not protection.protects(unit):
+                units.append(unit)
+    return units
+
+
+def _units_of(tx: Transaction, group: PodGroupState, priority: int) -> list[VictimUnit]:
+    """The group's victim units, cut once per cycle (they depend on the snapshot alone)."""
+    key = ("victim-units", group.key)
+    if key not in tx.memo:
+        tx.memo[key] = victim_units(group, priority, started_at(group))
+    units: list[VictimUnit] = tx.memo[key]
+    return units
+
+
+def record(
+    ctx: CycleContext, candidate: Candidate, victims: Sequence[VictimUnit], reason: str
+) -> None:
+    """Evictions into the plan (the queues' holdings were moved by `booking.book`)."""
+    group = candidate.group
+    for unit in victims:
+        ctx.plan.evictions.extend(Evict(p.key, unit.group.key, reason) for p in unit.pods)
+    ctx.plan.statuses[:] = [s for s in ctx.plan.statuses if s.group != group.key]
+    ctx.plan.statuses.append(GroupStatus(group.key, True))
+    names = ", ".join(u.label() for u in victims)
+    ctx.log.info("%s: %s makes room by evicting %s", reason, group.key, names)
+
+
+def ask_to_wake(ctx: CycleContext, protection: Protection) -> None:
+    if protection.earliest_end is not None:
+        ctx.plan.wake_no_later_than(protection.earliest_end)

@@ -1,0 +1,41 @@
+"""Which placement backend a transaction uses: numpy in-process, or Ray tasks.
+
+`backend_for` picks one per transaction from `SchedulerConfig.rayBackend` and
+keeps it in the transaction's memo (the Ray one puts the snapshot into Ray's
+object store once per cycle). Ray is never imported unless it is picked.
+Pure: no I/O (the Ray backend it may make aside).
+"""
+
+from __future__ import annotations
+
+from kai_ray.decisions.placement.backend import LocalBackend, PlacementBackend
+from kai_ray.decisions.transaction import Transaction
+from kai_ray.values.config import RayBackend, SchedulerConfigSpec
+
+BACKEND_MEMO = "placement-backend"
+
+
+def use_ray(settings: RayBackend, node_count: int) -> bool:
+    """Ray when told to, or in auto mode from `minNodes` nodes on."""
+    if settings.mode == "never":
+        return False
+    return settings.mode == "always" or node_count >= settings.minNodes
+
+
+def backend_for(tx: Transaction, config: SchedulerConfigSpec) -> PlacementBackend:
+    """The backend of this transaction (one per cycle: the Ray one puts the snapshot once)."""
+    backend = tx.memo.get(BACKEND_MEMO)
+    if backend is None:
+        backend = _new_backend(tx, config.rayBackend)
+        tx.memo[BACKEND_MEMO] = backend
+    assert hasattr(backend, "domain_room")
+    chosen: PlacementBackend = backend
+    return chosen
+
+
+def _new_backend(tx: Transaction, settings: RayBackend) -> PlacementBackend:
+    if not use_ray(settings, len(tx.snapshot.node_names)):
+        return LocalBackend()
+    from kai_ray.decisions.placement.ray_backend import RayPlacementBackend
+
+    return RayPlacementBackend(tx, settings.address)
