@@ -21,14 +21,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from kai_ray.decisions.cycle import CycleResult, run_cycle
 from kai_ray.decisions.plan import Bind, Plan
 from kai_ray.decisions.usage import UsageState
-from kai_ray.effects.binder import ApplyReport, Binder
+from kai_ray.effects.binder import ApplyReport, Binder, WriteResult
 from kai_ray.effects.kube import WATCHED, Informer, KubeWriter, LeaseElector, Rest
 from kai_ray.effects.metrics import process_metrics
 from kai_ray.effects.reporting import merge_condition, problems_condition
@@ -262,11 +263,16 @@ class SchedulingLoop:
     # ----------------------------------------------------------- PodGroups
 
     def _derive_pod_groups(self) -> None:
+        """PodGroups for workloads that have none yet, created in parallel."""
         with self.lock:
+            existing = {key for key, _ in self.cache.items(POD_GROUP)} | self._created_groups
             workloads = [
-                (kind, obj) for kind in WORKLOAD_KINDS for _, obj in self.cache.items(kind)
+                (kind, obj)
+                for kind in WORKLOAD_KINDS
+                for key, obj in self.cache.items(kind)
+                if _derived_key(kind, key) not in existing
             ]
-            existing = {key for key, _ in self.cache.items(POD_GROUP)}
+        bodies: dict[str, dict[str, Any]] = {}
         for kind, obj in workloads:
             if not needs_derived_group(obj, self.scheduler):
                 continue
@@ -277,11 +283,16 @@ class SchedulingLoop:
                 continue
             for derived in groups:
                 body = _pod_group_body(derived.pod_group.model_dump(mode="json"), obj)
-                key = object_key(body, POD_GROUP)
-                if key in existing or key in self._created_groups:
-                    continue
-                if self.writer.create_pod_group(body).ok:
-                    self._created_groups.add(key)
+                bodies.setdefault(object_key(body, POD_GROUP), body)
+        created = self._in_parallel(self.writer.create_pod_group, list(bodies.values()))
+        self._created_groups.update(key for key, ok in zip(bodies, created, strict=True) if ok)
+
+    def _in_parallel(self, write: Callable[[Any], WriteResult], items: list[Any]) -> list[bool]:
+        """Each write done, several at a time; whether each succeeded."""
+        if len(items) <= 1:
+            return [write(item).ok for item in items]
+        with ThreadPoolExecutor(max_workers=self.options.bind_parallelism) as pool:
+            return [result.ok for result in pool.map(write, items)]
 
     def _report_bad_workload(self, kind: str, obj: Mapping[str, Any], err: Exception) -> None:
         meta = obj.get("metadata") or {}
@@ -304,6 +315,7 @@ class SchedulingLoop:
             evicted[evict.group] = (reason, count + 1)
         planned = _statuses_by_group(result.plan)
         phases: dict[str, str] = {}
+        changes: list[tuple[str, str, Mapping[str, Any], ObjectRef]] = []
         for key, group in snapshot.pod_groups.items():
             why, count = evicted.get(key, ("", 0))
             partly = count if count < len(group.bound) else None
@@ -311,14 +323,14 @@ class SchedulingLoop:
                 group, planned.get(key), why or None, stamp, evicted_pods=partly
             )
             phases[key] = str(body["phase"])
-            self._patch_if_changed(POD_GROUP, key, body, group.ref())
+            changes.append((POD_GROUP, key, body, group.ref()))
         with self.lock:
             previous = {
                 name: dict(obj.get("status") or {}) for name, obj in self.cache.items(QUEUE)
             }
         bodies = queue_statuses(snapshot, result, phases, previous, names=list(previous))
-        for name, body in bodies.items():
-            self._patch_if_changed(QUEUE, name, body, ObjectRef("Queue", name))
+        changes += [(QUEUE, name, body, ObjectRef("Queue", name)) for name, body in bodies.items()]
+        self._patch_all(changes)
         self._report_problems(snapshot, stamp)
 
     def _report_problems(self, snapshot: Snapshot, stamp: str) -> None:
@@ -342,17 +354,30 @@ class SchedulingLoop:
                 conditions = merge_condition(old, problems_condition(problems, stamp))
                 self.writer.patch_status(ref.kind, key, {"conditions": conditions})
 
-    def _patch_if_changed(
-        self, kind: str, key: str, body: Mapping[str, Any], ref: ObjectRef
-    ) -> None:
-        before = self._written.get((kind, key))
-        if before == body:
-            return
-        if self.writer.patch_status(kind, key, body).ok:
-            self._written[(kind, key)] = body
-            reason = str(body.get("reason") or "")
-            if kind == POD_GROUP and reason and reason != (before or {}).get("reason"):
-                self.writer.record_event(ref, True, "Unschedulable", reason)
+    def _patch_all(self, changes: list[tuple[str, str, Mapping[str, Any], ObjectRef]]) -> None:
+        """Write the statuses that changed since they were last written, in parallel;
+        a PodGroup whose waiting reason changed gets an Unschedulable Event."""
+        todo = [c for c in changes if self._written.get((c[0], c[1])) != c[2]]
+
+        def write(change: tuple[str, str, Mapping[str, Any], ObjectRef]) -> WriteResult:
+            kind, key, body, ref = change
+            before = self._written.get((kind, key)) or {}
+            result = self.writer.patch_status(kind, key, body)
+            if result.ok:
+                reason = str(body.get("reason") or "")
+                if kind == POD_GROUP and reason and reason != before.get("reason"):
+                    self.writer.record_event(ref, True, "Unschedulable", reason)
+            return result
+
+        for change, ok in zip(todo, self._in_parallel(write, todo), strict=True):
+            if ok:
+                self._written[(change[0], change[1])] = change[2]
+
+
+def _derived_key(kind: str, key: str) -> str:
+    """The key of the PodGroup kai-ray derives for a workload (see `derive_groups`)."""
+    namespace, _, name = key.partition("/")
+    return f"{namespace}/{kind.lower()}-{name}"
 
 
 def _statuses_by_group(plan: Plan) -> dict[str, Any]:
