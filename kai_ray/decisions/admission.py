@@ -23,11 +23,10 @@ from dataclasses import dataclass
 
 from kai_ray.decisions.fairness import limit_of, quota_of
 from kai_ray.decisions.ledger import QueueLedger
-from kai_ray.decisions.ordering import EPSILON
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.queues import QueueNode, QueueTree
-from kai_ray.values.resources import CPU, GPU, MEMORY, Resources, format_amount
+from kai_ray.values.resources import CPU, EPSILON, GPU, MEMORY, Resources, format_amount
 from kai_ray.workloads.pods import NodeRequirement
 
 #: Preemptibility follows priority when a group does not say (KAI's rule).

@@ -20,20 +20,9 @@ from __future__ import annotations
 from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext
-from kai_ray.decisions.ordering import Candidate, WaitingJobs, group_priority, take_next
+from kai_ray.decisions.ordering import Candidate, WaitingJobs, candidate_for, take_next, waits
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.plan import GroupStatus
-from kai_ray.state.groups import PodGroupState
-from kai_ray.state.pod_states import PodState, total_requests
-
-
-def pending_pods(group: PodGroupState) -> list[PodState]:
-    return [pod for pod in group.live_pods() if pod.node is None]
-
-
-def missing_minimum(group: PodGroupState) -> list[PodState]:
-    """The pending pods that would complete the group's minimum (as placement picks them)."""
-    return list(group.missing)
 
 
 class AllocateAction:
@@ -51,15 +40,13 @@ class _Allocation:
 
     def run(self) -> None:
         minimums, extras = WaitingJobs(), list[Candidate]()
+        tx = self.ctx.transaction
         for group in self.ctx.snapshot.pod_groups.values():
-            if pending_pods(group):
-                missing = missing_minimum(group)
-                candidate = Candidate(group, total_requests(missing), group_priority(group))
-                if missing:
-                    minimums.add(candidate)
-                else:  # its minimum already holds: admitted, extras may follow
-                    self.ctx.plan.statuses.append(GroupStatus(group.key, True))
-                    extras.append(candidate)
+            if waits(group, tx):
+                minimums.add(candidate_for(group))
+            elif group.pending and not group.missing:  # admitted: extras may follow
+                self.ctx.plan.statuses.append(GroupStatus(group.key, True))
+                extras.append(candidate_for(group))
         self.minimums(minimums, extras)
         self.extras(extras)
 
@@ -105,7 +92,7 @@ class _Allocation:
     def next_extra(self, candidate: Candidate) -> Candidate | None:
         """The candidate asking for its next extra pod, None when none is left."""
         placed = self.ctx.transaction.placed
-        unplaced = [pod for pod in pending_pods(candidate.group) if pod.key not in placed]
+        unplaced = [pod for pod in candidate.group.pending if pod.key not in placed]
         if not unplaced:
             return None
         return Candidate(candidate.group, unplaced[0].effective_requests, candidate.priority)

@@ -35,15 +35,14 @@ import numpy as np
 from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext
-from kai_ray.decisions.ordering import group_priority
+from kai_ray.decisions.ordering import group_priority, waiting_gangs
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.plan import Evict, GroupStatus
-from kai_ray.decisions.transaction import Placement, Transaction
-from kai_ray.state.devices import EPSILON
+from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.groups import PodGroupState
-from kai_ray.state.pod_states import PodState, total_requests
+from kai_ray.state.pod_states import total_requests
 from kai_ray.values.config import SchedulerConfigSpec
-from kai_ray.values.resources import GPU, Resources
+from kai_ray.values.resources import EPSILON, GPU, Resources
 
 CONSOLIDATION = "consolidation"
 
@@ -54,25 +53,17 @@ class ConsolidateAction:
     def run(self, ctx: CycleContext) -> None:
         if ctx.config.consolidationMaxJobs == 0 or ctx.config.placementStrategy == "spread":
             return
-        for group in waiting_gangs(ctx):
+        for group in in_turn(ctx):
             mark = ctx.transaction.checkpoint()
             moved = consolidation_for(ctx, group)
             if moved is not None:
                 _adopt(ctx, group, moved, mark)
 
 
-def waiting_gangs(ctx: CycleContext) -> list[PodGroupState]:
-    """Gangs whose minimum is still missing and that nothing placed this cycle."""
-    placed = ctx.transaction.placed
-    waiting = [g for g in ctx.snapshot.pod_groups.values() if _waits(g, placed)]
+def in_turn(ctx: CycleContext) -> list[PodGroupState]:
+    """The waiting gangs (`ordering.waits`), higher priority first, then older."""
+    waiting = waiting_gangs(ctx.snapshot.pod_groups.values(), ctx.transaction)
     return sorted(waiting, key=lambda g: (-group_priority(g), g.creation_timestamp, g.key))
-
-
-def _waits(group: PodGroupState, placed: dict[str, Placement]) -> bool:
-    live = group.live_pods()
-    bound = sum(1 for pod in live if pod.node is not None)
-    untouched = not any(pod.key in placed for pod in live)
-    return untouched and bound < group.spec.minMember <= len(live)
 
 
 def consolidation_for(ctx: CycleContext, group: PodGroupState) -> list[PodGroupState] | None:
@@ -112,23 +103,19 @@ def movable_gangs(ctx: CycleContext, target: PodGroupState) -> list[PodGroupStat
     free_gpus = ctx.transaction.free[:, ctx.snapshot.column(GPU)]
 
     def order(gang: PodGroupState) -> tuple[float, float, str]:
-        nodes = [ctx.snapshot.node_index[pod.node or ""] for pod in bound_pods(gang)]
+        nodes = [ctx.snapshot.node_index[pod.node or ""] for pod in gang.bound]
         return (-float(free_gpus[nodes].max()), gang.bound_requests[GPU], gang.key)
 
     return sorted(gangs, key=order)
 
 
 def _movable(ctx: CycleContext, group: PodGroupState, touched: set[str]) -> bool:
-    bound = bound_pods(group)
+    bound = group.bound
     ours = all(pod.scheduler == ctx.config.schedulerName for pod in group.live_pods())
     known = ours and group.seen_whole
     whole = len(bound) >= max(group.spec.minMember, 1)
     untouched = not any(pod.key in touched for pod in group.live_pods())
     return known and whole and untouched and is_preemptible(group, group_priority(group))
-
-
-def bound_pods(group: PodGroupState) -> list[PodState]:
-    return [pod for pod in group.live_pods() if pod.node is not None]
 
 
 def attempt(ctx: CycleContext, target: PodGroupState, moved: Sequence[PodGroupState]) -> bool:
@@ -137,7 +124,7 @@ def attempt(ctx: CycleContext, target: PodGroupState, moved: Sequence[PodGroupSt
     tx = ctx.transaction
     mark = tx.checkpoint()
     for gang in moved:
-        for pod in bound_pods(gang):
+        for pod in gang.bound:
             tx.evict(pod, gang.key)
     holds = place_gang(tx, placeable(ctx, target), ctx.config).admitted and all(
         replace_gang(tx, gang, ctx.config) for gang in moved
@@ -159,7 +146,7 @@ def replace_gang(tx: Transaction, gang: PodGroupState, config: SchedulerConfigSp
 def as_pending(gang: PodGroupState) -> PodGroupState:
     """The gang as placement should see it once released: its bound pods waiting,
     and nothing else (pods that were waiting anyway are not moved)."""
-    pods = tuple(dataclasses.replace(pod, node=None, devices=()) for pod in bound_pods(gang))
+    pods = tuple(dataclasses.replace(pod, node=None, devices=()) for pod in gang.bound)
     return dataclasses.replace(gang, pods=pods)
 
 
@@ -179,7 +166,7 @@ def _without_stayers(
 
 
 def _stayed(tx: Transaction, gang: PodGroupState) -> bool:
-    for pod in bound_pods(gang):
+    for pod in gang.bound:
         bind = tx.placed[pod.key].bind
         if (bind.node, bind.gpu_devices) != (pod.node, pod.devices):
             return False
@@ -192,7 +179,7 @@ def _adopt(ctx: CycleContext, target: PodGroupState, moved: list[PodGroupState],
     if book(ctx, mark) is not None:
         return
     for gang in moved:
-        moves = (Evict(pod.key, gang.key, CONSOLIDATION) for pod in bound_pods(gang))
+        moves = (Evict(pod.key, gang.key, CONSOLIDATION) for pod in gang.bound)
         ctx.plan.evictions.extend(moves)
     ctx.plan.statuses.append(GroupStatus(target.key, True))
     ctx.log.info("%s fits after moving %s", target.key, ", ".join(g.key for g in moved))

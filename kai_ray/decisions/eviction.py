@@ -23,9 +23,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from kai_ray.decisions.admission import is_preemptible
-from kai_ray.decisions.allocate import missing_minimum
 from kai_ray.decisions.context import CycleContext
-from kai_ray.decisions.ordering import Candidate, WaitingJobs, group_priority
+from kai_ray.decisions.ordering import (
+    Candidate,
+    WaitingJobs,
+    candidate_for,
+    group_priority,
+    waiting_gangs,
+)
 from kai_ray.decisions.placement import place_gang
 from kai_ray.decisions.placement.filters import static_mask
 from kai_ray.decisions.plan import Evict, GroupStatus
@@ -40,7 +45,7 @@ from kai_ray.decisions.victims import (
     victim_units,
 )
 from kai_ray.state.groups import PodGroupState
-from kai_ray.state.pod_states import PodState, total_requests
+from kai_ray.state.pod_states import PodState
 from kai_ray.values.resources import GPU
 
 #: Selections tried before giving up on a job: the need, then with this much more room each.
@@ -49,7 +54,7 @@ SLACK = (0.0, 1.0, 3.0)
 
 def job_need(tx: Transaction, group: PodGroupState) -> Need | None:
     """The group's missing minimum as copies of its largest pod, on nodes all may use."""
-    pods = missing_minimum(group)
+    pods = group.missing
     if not pods:
         return None
     vectors = np.array([held_vector(tx.snapshot, pod) for pod in pods])
@@ -133,13 +138,9 @@ def _node_of(tx: Transaction) -> Callable[[PodState], int]:
 
 
 def waiting_candidates(ctx: CycleContext) -> WaitingJobs:
-    """Groups whose minimum is still missing and that nothing placed this cycle."""
-    waiting = WaitingJobs()
-    for group in ctx.snapshot.pod_groups.values():
-        missing = missing_minimum(group)
-        if missing and not any(p.key in ctx.transaction.placed for p in missing):
-            waiting.add(Candidate(group, total_requests(missing), group_priority(group)))
-    return waiting
+    """The waiting gangs (`ordering.waits`), each asking for its missing minimum."""
+    gangs = waiting_gangs(ctx.snapshot.pod_groups.values(), ctx.transaction)
+    return WaitingJobs(map(candidate_for, gangs))
 
 
 def running_units(

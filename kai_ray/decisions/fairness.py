@@ -25,13 +25,12 @@ from dataclasses import dataclass
 
 from kai_ray.state.queues import QueueNode, QueueTree
 from kai_ray.state.snapshot import Snapshot
-from kai_ray.values.resources import CPU, MEMORY, Resources, add_into, canonical_name
+from kai_ray.values.resources import CPU, EPSILON, MEMORY, Resources, add_into, canonical_name
 
 #: queue -> resource -> decayed usage as a fraction of the cluster.
 Usage = Mapping[str, Mapping[str, float]]
 #: The smallest amount handed out in the leftover round, by resource.
 UNITS = {CPU: 0.001, MEMORY: 1.0}
-EPSILON = 1e-9
 
 
 def unit_of(resource: str) -> float:

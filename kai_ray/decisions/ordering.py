@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from kai_ray.decisions.fairness import limit_of as limit_of
 from kai_ray.decisions.fairness import quota_of as quota_of
 from kai_ray.decisions.ledger import QueueLedger
+from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.groups import PodGroupState
-from kai_ray.values.resources import Resources
+from kai_ray.state.pod_states import total_requests
+from kai_ray.values.resources import EPSILON, Resources
 
-EPSILON = 1e-9
 #: The weight of a resource a queue has no allocatable share of (KAI's penalty).
 NO_SHARE_PENALTY = 1000.0
 
@@ -66,6 +67,21 @@ class Candidate:
     @property
     def queue(self) -> str:
         return self.group.queue
+
+
+def candidate_for(group: PodGroupState) -> Candidate:
+    """The group asking for its missing minimum."""
+    return Candidate(group, total_requests(group.missing), group_priority(group))
+
+
+def waits(group: PodGroupState, tx: Transaction) -> bool:
+    """A waiting gang (`PodGroupState.waiting`) none of whose pending pods an action
+    placed this cycle: the one rule of what every action makes room for."""
+    return group.waiting and not any(pod.key in tx.placed for pod in group.pending)
+
+
+def waiting_gangs(groups: Iterable[PodGroupState], tx: Transaction) -> list[PodGroupState]:
+    return [group for group in groups if waits(group, tx)]
 
 
 def job_key(candidate: Candidate) -> tuple[int, str, str]:

@@ -42,11 +42,11 @@ from kai_ray.decisions.eviction import (
     waiting_candidates,
 )
 from kai_ray.decisions.ledger import QueueLedger
-from kai_ray.decisions.ordering import EPSILON, Candidate, take_next
+from kai_ray.decisions.ordering import Candidate, take_next
 from kai_ray.decisions.runtime import Protection, RuntimeField
 from kai_ray.decisions.victims import Budget, VictimUnit
 from kai_ray.state.groups import PodGroupState
-from kai_ray.values.resources import Resources, add_into
+from kai_ray.values.resources import EPSILON, Resources, add_into
 
 # ------------------------------------------------------------- fairness rules
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from kai_ray.decisions.victims import VictimUnit, bound_pods
+from kai_ray.decisions.victims import VictimUnit
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.queues import QueueTree
 from kai_ray.values.clock import unix_seconds
@@ -41,7 +41,7 @@ def inherited_min_runtime(tree: QueueTree, leaf: str, which: RuntimeField) -> fl
 def started_at(group: PodGroupState) -> str:
     """When the gang's minimum started: the latest start among its core pods (a pod's
     `status.startTime`, else its creation time when nothing recorded a start)."""
-    core = bound_pods(group)[: max(group.spec.minMember, 1)]
+    core = group.bound[: max(group.spec.minMember, 1)]
     return max((pod.start_time or pod.creation_timestamp for pod in core), default="")
 
 

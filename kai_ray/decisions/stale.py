@@ -68,8 +68,9 @@ def _judge_stale(ctx: CycleContext, group: PodGroupState, holding: Sequence[PodS
         ctx.plan.statuses.append(GroupStatus(group.key, True, staleness=Staleness(since)))
         ctx.plan.wake_no_later_than(deadline)
         return
-    bound = [pod for pod in holding if pod.node is not None]
-    ctx.plan.evictions.extend(Evict(pod.key, group.key, STALE_GANG) for pod in bound)
+    bound = {pod.key for pod in group.bound}
+    evicted = (pod for pod in holding if pod.key in bound)
+    ctx.plan.evictions.extend(Evict(pod.key, group.key, STALE_GANG) for pod in evicted)
     reason = (
         f"stale gang: {len(holding)} pods held for longer than the grace period "
         f"while {group.spec.minMember} are needed; evicted"
@@ -83,11 +84,11 @@ def holding_pods(
 ) -> list[PodState]:
     """The group's pods that hold resources after the actions before this one (a pod
     evicted and placed again, as consolidation moves it, holds)."""
-    placed = ctx.transaction.placed
+    placed, bound = ctx.transaction.placed, {pod.key for pod in group.bound}
     return [
         pod
         for pod in group.live_pods()
-        if pod.key in placed or (pod.node is not None and pod.key not in evicted)
+        if pod.key in placed or (pod.key in bound and pod.key not in evicted)
     ]
 
 

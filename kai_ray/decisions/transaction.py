@@ -29,10 +29,9 @@ import numpy as np
 import numpy.typing as npt
 
 from kai_ray.decisions.plan import Bind
-from kai_ray.state.devices import EPSILON
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.snapshot import POD_COUNT, Snapshot
-from kai_ray.values.resources import GPU
+from kai_ray.values.resources import EPSILON, GPU
 
 Matrix = npt.NDArray[np.float64]
 #: A topology level: (Topology name, level index from the widest).

@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState, total_requests
-from kai_ray.values.resources import GPU, Resources
+from kai_ray.values.resources import EPSILON, GPU, Resources
 
 Matrix = npt.NDArray[np.float64]
 Vector = npt.NDArray[np.float64]
@@ -87,17 +87,12 @@ class Budget:
         return True
 
 
-def bound_pods(group: PodGroupState) -> list[PodState]:
-    """Live members on a node, oldest first."""
-    return list(group.bound)
-
-
 def victim_units(group: PodGroupState, priority: int, started: str) -> list[VictimUnit]:
     """Elastic extras one by one (newest first), then the minimum core as one unit.
 
     An extra is a member above the group's `minMember` whose subgroup also
     stays at or above its own `minMember` without it."""
-    bound = bound_pods(group)
+    bound = group.bound
     if not bound:
         return []
     minimums = {s.name: s.minMember for s in group.spec.subGroups}
@@ -130,7 +125,7 @@ def pods_fitting(free: Matrix, vector: Vector) -> npt.NDArray[np.int64]:
     asked = vector > 0
     if not asked.any():
         return np.full(free.shape[0], 1 << 30, dtype=np.int64)
-    ratios = np.floor(np.maximum(free[:, asked], 0.0) / vector[asked] + 1e-9)
+    ratios = np.floor(np.maximum(free[:, asked], 0.0) / vector[asked] + EPSILON)
     fits: npt.NDArray[np.int64] = ratios.min(axis=1).astype(np.int64)
     return fits
 

@@ -18,11 +18,9 @@ import numpy.typing as npt
 from kai_ray.state.pod_states import PodState
 from kai_ray.values.errors import Problem
 from kai_ray.values.names import GPU_DEVICES_ANNOTATION, GPU_MEMORY_ANNOTATION
-from kai_ray.values.resources import GPU
+from kai_ray.values.resources import EPSILON, GPU
 from kai_ray.workloads.pods import annotation_field
 
-#: Below this, two fractions are the same (0.1 + 0.2 + 0.7 must fill a device).
-EPSILON = 1e-9
 #: Marks the columns past a node's last device in a matrix of device free fractions.
 NO_DEVICE = -1.0
 

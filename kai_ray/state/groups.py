@@ -26,6 +26,7 @@ from kai_ray.values.api import PodGroup, PodGroupSpec, PodGroupStatus
 from kai_ray.values.errors import ObjectRef, Problem
 from kai_ray.values.names import POD_GROUP_ANNOTATION
 from kai_ray.values.resources import Resources
+from kai_ray.values.validation import NO_NAME
 from kai_ray.workloads.pods import annotation_field
 
 POD_GROUP = "PodGroup"
@@ -81,6 +82,11 @@ class PodGroupState:
 
     def live_pods(self) -> tuple[PodState, ...]:
         return self.live
+
+    @property
+    def waiting(self) -> bool:
+        """A waiting gang: its minimum does not hold yet, and pending pods can add to it."""
+        return bool(self.missing)
 
     @property
     def seen_whole(self) -> bool:
@@ -172,7 +178,7 @@ def _key(obj: Mapping[str, Any]) -> str:
     metadata = obj.get("metadata")
     if not isinstance(metadata, Mapping):
         metadata = {}
-    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or '<unnamed>'}"
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or NO_NAME}"
 
 
 def _queue_problem(queue: str, queues: QueueTree) -> str | None:

@@ -11,20 +11,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kai_ray.values import validation
 from kai_ray.values.errors import InvalidFieldError, ObjectRef, Problem
 from kai_ray.values.validation import problems_from
 
 
 def object_ref(obj: Mapping[str, Any], kind: str | None = None) -> ObjectRef:
-    """Who an object is, read defensively: a bad object must still be named."""
-    metadata = obj.get("metadata")
-    if not isinstance(metadata, Mapping):
-        metadata = {}
-    return ObjectRef(
-        kind=str(kind or obj.get("kind") or "object"),
-        name=str(metadata.get("name") or "<unnamed>"),
-        namespace=metadata.get("namespace"),
-    )
+    """Who an object of `kind` is (`values.validation.object_ref`, the one reading)."""
+    return validation.object_ref(obj, kind=kind)
 
 
 def field_problem(ref: ObjectRef, err: InvalidFieldError) -> Problem:

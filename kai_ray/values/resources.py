@@ -25,6 +25,10 @@ def _parse_quantity(text: str) -> Decimal:
     return Decimal(value)
 
 
+#: The float tolerance: amounts closer than this are the same amount (0.1 + 0.2 + 0.7
+#: of a device fills it; a request equal to what is free fits). The one definition.
+EPSILON = 1e-9
+
 CPU = "cpu"
 MEMORY = "memory"
 GPU = "nvidia.com/gpu"
@@ -165,13 +169,13 @@ class Resources(Mapping[str, float]):
     def scaled(self, factor: float) -> Resources:
         return Resources({k: v * factor for k, v in self._amounts.items()})
 
-    def fits_in(self, available: Mapping[str, float], tolerance: float = 1e-9) -> bool:
+    def fits_in(self, available: Mapping[str, float], tolerance: float = EPSILON) -> bool:
         """True when every amount here is at most the same amount in `available`."""
         return all(v <= available.get(k, 0.0) + tolerance for k, v in self._amounts.items())
 
     def insufficient(self, available: Mapping[str, float]) -> list[str]:
         """Names of the resources that `available` lacks for this vector."""
-        return sorted(k for k, v in self._amounts.items() if v > available.get(k, 0.0) + 1e-9)
+        return sorted(k for k, v in self._amounts.items() if v > available.get(k, 0.0) + EPSILON)
 
     def is_negative_anywhere(self) -> bool:
         return any(v < 0 for v in self._amounts.values())

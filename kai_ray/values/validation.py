@@ -52,15 +52,23 @@ def problems_from(err: ValidationError, obj: ObjectRef) -> list[Problem]:
     return problems
 
 
-def object_ref(raw: Mapping[str, Any], source: str | None = None) -> ObjectRef:
-    """Best-effort reference to a raw object, even a badly broken one."""
-    meta = raw.get("metadata") if isinstance(raw.get("metadata"), Mapping) else {}
-    assert isinstance(meta, Mapping)
+#: What a reference says where the object does not: the one pair of placeholders.
+NO_KIND, NO_NAME = "(no kind)", "(no name)"
+
+
+def object_ref(
+    raw: Mapping[str, Any], source: str | None = None, *, kind: str | None = None
+) -> ObjectRef:
+    """Who an object is, read defensively (a badly broken object must still be
+    named); `kind` is the kind the caller knows it to be, when the object may not say."""
+    meta = raw.get("metadata")
+    if not isinstance(meta, Mapping):
+        meta = {}
     name = meta.get("name")
     namespace = meta.get("namespace")
     return ObjectRef(
-        kind=str(raw.get("kind") or "(no kind)"),
-        name=str(name) if name else "(no name)",
+        kind=str(kind or raw.get("kind") or NO_KIND),
+        name=str(name) if name else NO_NAME,
         namespace=str(namespace) if namespace else None,
         source=source,
     )

@@ -25,6 +25,7 @@ from kai_ray.values.names import (
     SUBGROUP_LABEL,
     first_of,
 )
+from kai_ray.values.validation import NO_NAME, object_ref
 from kai_ray.workloads import batch, grove, kuberay
 from kai_ray.workloads.workload_group import WORKLOAD_KIND_LABEL, WorkloadGroup
 
@@ -139,14 +140,11 @@ def _pod_name(pod: Mapping[str, Any]) -> str:
     name = metadata.get("name") if isinstance(metadata, Mapping) else None
     if isinstance(name, str) and name:
         return name
-    raise InvalidObjectError([Problem(ObjectRef("Pod", "<unnamed>"), "metadata.name", "missing")])
+    raise InvalidObjectError([Problem(ObjectRef("Pod", NO_NAME), "metadata.name", "missing")])
 
 
 def _unknown_kind(obj: Mapping[str, Any], source: str | None) -> Problem:
-    metadata = obj.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
     kind, api_version = obj.get("kind"), obj.get("apiVersion")
-    ref = ObjectRef(str(kind or "<no kind>"), str(name or "<unnamed>"), namespace, source)
+    ref = object_ref(obj, source)
     known = ", ".join(f"{a} {k}" for a, k in DERIVERS)
     return Problem(ref, "kind", f"{api_version} {kind} is not a workload kai-ray groups ({known})")

@@ -24,7 +24,7 @@ from kai_ray.decisions.placement.shapes import NodeSet, PodShape
 from kai_ray.decisions.transaction import LevelKey, Transaction
 from kai_ray.state.topology import TopologyTree
 from kai_ray.values.api import TopologyConstraint
-from kai_ray.values.resources import GPU
+from kai_ray.values.resources import EPSILON, GPU
 
 Indices = npt.NDArray[np.intp]
 #: Domains tried per level before giving up (each try is a full attempt).
@@ -127,7 +127,7 @@ def _fitting(
     """Domains that hold every kind, fullest first (least free of the key resource)."""
     domain_free = tx.domain_free(scope.tree.name, level)
     total = sum((kind.shape.need * kind.count for kind in kinds), np.zeros(domain_free.shape[1]))
-    ok = np.all(domain_free + 1e-9 >= total, axis=1)
+    ok = np.all(domain_free + EPSILON >= total, axis=1)
     for kind, domain_room in zip(kinds, rooms, strict=True):
         ok &= domain_room >= kind.count
     fitting = np.flatnonzero(ok)
