@@ -38,7 +38,10 @@ from kai_ray.values.names import SCHEDULER_NAME
 from kai_ray.values.validation import parse_model
 from kai_ray.workloads.membership import admission_changes, holds_with_suspend
 
-PLURALS = {"Queue": "queues", "PodGroup": "podgroups", "Topology": "topologies"}
+#: Kinds whose `Valid` condition kopf reports as they are created or changed. PodGroups
+#: are not among them: there may be thousands, and the scheduling loop writes their
+#: whole status (`Valid` included) once per change anyway.
+PLURALS = {"Queue": "queues", "Topology": "topologies"}
 LOG = logging.getLogger("kai_ray.controller")
 
 

@@ -232,31 +232,37 @@ class SchedulingLoop:
 
     def run_once(self) -> CycleResult:
         """One cycle, steps 1 to 4 of the module docstring."""
-        started = time.monotonic()
+        steps = _Stopwatch()
         self._derive_pod_groups()
+        steps.lap("podgroups")
         with self.lock:
             snapshot = self.cache.snapshot()
+        steps.lap("snapshot")
         self.cycles += 1
         now = self.clock.now()
         result = run_cycle(snapshot, self.config, self.cycles, now, self.usage)
         self.usage = result.usage
         with self.lock:
             self.cache.set_usage(result.usage.queues)
+        steps.lap("decide")
         report = self.binder.apply(result.plan, snapshot, now)
+        steps.lap("bind")
         self._wake_at = result.plan.wake_at
         self._write_statuses(snapshot, result, report, now)
+        steps.lap("status")
         self.last_result = result
-        self.last_cycle_s = time.monotonic() - started
+        self.last_cycle_s = steps.total()
         self.metrics.record_cycle(snapshot, result, report, self.last_cycle_s, True, now=now)
-        if result.plan.binds or result.plan.evictions:
+        if result.plan.binds or result.plan.evictions or self.last_cycle_s > 1.0:
             LOG.info(
-                "[cycle %d] %d bound, %d evicted, %d admitted, %d failed in %.3fs",
+                "[cycle %d] %d bound, %d evicted, %d admitted, %d failed in %.3fs (%s)",
                 self.cycles,
                 len(report.bound),
                 len(report.evicted),
                 len(report.resumed),
                 len(report.failed),
                 self.last_cycle_s,
+                steps,
             )
         return result
 
@@ -323,6 +329,8 @@ class SchedulingLoop:
                 group, planned.get(key), why or None, stamp, evicted_pods=partly
             )
             phases[key] = str(body["phase"])
+            # Groups in the snapshot are valid (the others are reported as problems).
+            body["conditions"] = merge_condition(body["conditions"], problems_condition([], stamp))
             changes.append((POD_GROUP, key, body, group.ref()))
         with self.lock:
             previous = {
@@ -372,6 +380,25 @@ class SchedulingLoop:
         for change, ok in zip(todo, self._in_parallel(write, todo), strict=True):
             if ok:
                 self._written[(change[0], change[1])] = change[2]
+
+
+class _Stopwatch:
+    """Seconds spent in each step of a cycle, for its log line."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.monotonic()
+        self.laps: list[tuple[str, float]] = []
+
+    def lap(self, step: str) -> None:
+        now = time.monotonic()
+        self.laps.append((step, now - self.last))
+        self.last = now
+
+    def total(self) -> float:
+        return self.last - self.start
+
+    def __str__(self) -> str:
+        return ", ".join(f"{step} {seconds:.3f}s" for step, seconds in self.laps)
 
 
 def _derived_key(kind: str, key: str) -> str:
