@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install example test lint typecheck layers unit e2e-build e2e crds bench clean
+.PHONY: install example test lint typecheck layers unit e2e-build e2e crds bench clean image image-lock rbac-docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,20 @@ e2e-build:
 
 e2e: $(STAMP) e2e-build
 	$(BIN)/pytest -q -m e2e
+
+## The operator image, an OCI layout cached outside the clone (docs/operations.md).
+## Needs root; about 3 minutes from nothing, seconds when cached. tests/e2e/test_image.py
+## builds it through the same cache, so `make test` pays it once per machine.
+image: $(STAMP)
+	bash operator/build-image.sh
+
+## Re-pin the image's Python and Debian packages (operator/*.lock).
+image-lock: $(STAMP)
+	bash operator/lock.sh all
+
+## Regenerate the RBAC table of docs/operations.md from the chart (a test fails when it drifts).
+rbac-docs: $(STAMP) e2e-build
+	$(BIN)/python helm/rbac_table.py
 
 ## Regenerate crds/ from the models (a test fails when they drift).
 crds: $(STAMP)

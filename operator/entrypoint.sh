@@ -1,5 +1,6 @@
 #!/bin/sh
-# Runs the kai-ray operator: kopf in module mode on kai_ray.controller.
-# Extra arguments are passed to kopf (e.g. --namespace, --liveness).
+# The operator image's entrypoint: `kai-ray operator` with the image's
+# arguments (the chart passes --config, the ports, leader election and the
+# webhook's service). `kai-ray operator --help` lists them.
 set -eu
-exec kopf run --standalone --all-namespaces -m kai_ray.controller "$@"
+exec /opt/kai-ray/bin/kai-ray operator "$@"
