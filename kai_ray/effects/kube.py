@@ -19,6 +19,7 @@ import datetime as dt
 import json
 import logging
 import os
+import queue
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -276,9 +277,16 @@ class KubeWriter:
     """The binder's writer on the API server. `current` reads an object the cache
     holds (kind, key), so that status patches merge into what is there."""
 
-    def __init__(self, rest: Rest, current: Callable[[str, str], Mapping[str, Any] | None]) -> None:
+    def __init__(
+        self,
+        rest: Rest,
+        current: Callable[[str, str], Mapping[str, Any] | None],
+        backlog: WriteBacklog | None = None,
+    ) -> None:
         self.rest = rest
         self.current = current
+        #: Events go out in the back when there is one.
+        self.backlog = backlog
 
     def evict(self, evict: Evict, message: str) -> WriteResult:
         namespace, name = _split(evict.pod)
@@ -368,6 +376,12 @@ class KubeWriter:
         return DONE
 
     def record_event(self, ref: ObjectRef, warning: bool, reason: str, message: str) -> None:
+        if self.backlog is not None:
+            self.backlog.later(lambda: self._post_event(ref, warning, reason, message))
+        else:
+            self._post_event(ref, warning, reason, message)
+
+    def _post_event(self, ref: ObjectRef, warning: bool, reason: str, message: str) -> None:
         namespace = ref.namespace or "default"
         now = _now()
         body = {
@@ -529,3 +543,56 @@ def _time(text: str | None) -> dt.datetime | None:
         return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+# ------------------------------------------------------------- writes in the back
+
+
+class WriteBacklog:
+    """Writes that need not hold a cycle up (statuses, Events, PodGroup creation),
+    done by worker threads. A status queued for an object replaces one queued
+    before it and not yet written: only the latest is sent."""
+
+    def __init__(self, workers: int, stop: threading.Event) -> None:
+        self._stop = stop
+        self._queue: queue.Queue[tuple[str, str] | Callable[[], None]] = queue.Queue()
+        self._statuses: dict[tuple[str, str], Callable[[], None]] = {}
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"writer-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def status(self, kind: str, key: str, write: Callable[[], None]) -> None:
+        """Queue the write of an object's status (replacing one not yet sent)."""
+        with self._lock:
+            queued = (kind, key) in self._statuses
+            self._statuses[(kind, key)] = write
+        if not queued:
+            self._queue.put((kind, key))
+
+    def later(self, write: Callable[[], None]) -> None:
+        self._queue.put(write)
+
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            try:
+                item = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if isinstance(item, tuple):
+                with self._lock:
+                    write = self._statuses.pop(item, None)
+                if write is None:
+                    continue
+            else:
+                write = item
+            try:
+                write()
+            except Exception:
+                LOG.warning("a background write failed", exc_info=True)

@@ -18,19 +18,26 @@ broken cycle is logged and the next one tries again.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kai_ray.decisions.cycle import CycleResult, run_cycle
 from kai_ray.decisions.plan import Bind, Plan
 from kai_ray.decisions.usage import UsageState
-from kai_ray.effects.binder import ApplyReport, Binder, WriteResult
-from kai_ray.effects.kube import WATCHED, Informer, KubeWriter, LeaseElector, Rest
+from kai_ray.effects.binder import ApplyReport, Binder, Outcome
+from kai_ray.effects.kube import (
+    WATCHED,
+    Informer,
+    KubeWriter,
+    LeaseElector,
+    Rest,
+    WriteBacklog,
+)
 from kai_ray.effects.metrics import process_metrics
 from kai_ray.effects.reporting import merge_condition, problems_condition
 from kai_ray.effects.status import pod_group_status, queue_statuses
@@ -77,7 +84,8 @@ class SchedulingLoop:
         self.cache = ClusterCache(self.scheduler, self.clock.now, options.assume_ttl_s)
         self.stop_event = threading.Event()
         self.changed = threading.Event()
-        self.writer = KubeWriter(rest, self._current)
+        self.backlog = WriteBacklog(options.bind_parallelism, self.stop_event)
+        self.writer = KubeWriter(rest, self._current, self.backlog)
         self.binder = Binder(
             self.writer,
             room=self._room,
@@ -290,15 +298,25 @@ class SchedulingLoop:
             for derived in groups:
                 body = _pod_group_body(derived.pod_group.model_dump(mode="json"), obj)
                 bodies.setdefault(object_key(body, POD_GROUP), body)
-        created = self._in_parallel(self.writer.create_pod_group, list(bodies.values()))
-        self._created_groups.update(key for key, ok in zip(bodies, created, strict=True) if ok)
+        # The cycle uses them at once; the API gets them in the back.
+        with self.lock:
+            stamp = rfc3339(self.clock.now())
+            for key, body in bodies.items():
+                meta = {**body["metadata"], "creationTimestamp": stamp}
+                self.cache.upsert({**body, "kind": POD_GROUP, "metadata": meta}, POD_GROUP)
+                self._created_groups.add(key)
+        for key, body in bodies.items():
+            self.backlog.later(functools.partial(self._create_pod_group, key, body))
 
-    def _in_parallel(self, write: Callable[[Any], WriteResult], items: list[Any]) -> list[bool]:
-        """Each write done, several at a time; whether each succeeded."""
-        if len(items) <= 1:
-            return [write(item).ok for item in items]
-        with ThreadPoolExecutor(max_workers=self.options.bind_parallelism) as pool:
-            return [result.ok for result in pool.map(write, items)]
+    def _create_pod_group(self, key: str, body: dict[str, Any]) -> None:
+        result = self.writer.create_pod_group(body)
+        if result.outcome is Outcome.PERMANENT:
+            LOG.warning("PodGroup %s not created: %s", key, result.message)
+            with self.lock:
+                self.cache.delete(POD_GROUP, key)
+        elif not result.ok:
+            with self.lock:
+                self._created_groups.discard(key)  # derived again next cycle
 
     def _report_bad_workload(self, kind: str, obj: Mapping[str, Any], err: Exception) -> None:
         meta = obj.get("metadata") or {}
@@ -363,23 +381,22 @@ class SchedulingLoop:
                 self.writer.patch_status(ref.kind, key, {"conditions": conditions})
 
     def _patch_all(self, changes: list[tuple[str, str, Mapping[str, Any], ObjectRef]]) -> None:
-        """Write the statuses that changed since they were last written, in parallel;
-        a PodGroup whose waiting reason changed gets an Unschedulable Event."""
-        todo = [c for c in changes if self._written.get((c[0], c[1])) != c[2]]
+        """Queue the statuses that changed since they were last written (in the
+        back, latest wins); a PodGroup whose waiting reason changed gets an
+        Unschedulable Event."""
+        for kind, key, body, ref in changes:
+            if self._written.get((kind, key)) != body:
+                write = functools.partial(self._write_status, kind, key, body, ref)
+                self.backlog.status(kind, key, write)
 
-        def write(change: tuple[str, str, Mapping[str, Any], ObjectRef]) -> WriteResult:
-            kind, key, body, ref = change
-            before = self._written.get((kind, key)) or {}
-            result = self.writer.patch_status(kind, key, body)
-            if result.ok:
-                reason = str(body.get("reason") or "")
-                if kind == POD_GROUP and reason and reason != before.get("reason"):
-                    self.writer.record_event(ref, True, "Unschedulable", reason)
-            return result
-
-        for change, ok in zip(todo, self._in_parallel(write, todo), strict=True):
-            if ok:
-                self._written[(change[0], change[1])] = change[2]
+    def _write_status(self, kind: str, key: str, body: Mapping[str, Any], ref: ObjectRef) -> None:
+        before = self._written.get((kind, key)) or {}
+        if before == body or not self.writer.patch_status(kind, key, body).ok:
+            return  # a PodGroup not created yet is written again next cycle
+        self._written[(kind, key)] = body
+        reason = str(body.get("reason") or "")
+        if kind == POD_GROUP and reason and reason != before.get("reason"):
+            self.writer.record_event(ref, True, "Unschedulable", reason)
 
 
 class _Stopwatch:
