@@ -221,7 +221,9 @@ class Binder:
 
 
 def _bind_annotations(bind: Bind) -> dict[str, str]:
-    if not bind.gpu_devices:
+    """The devices a GPU-sharing pod was given (whole GPUs are the device plugin's
+    to choose; the snapshot accounts for them without a record)."""
+    if not bind.gpu_devices or bind.gpu_fraction <= 0:
         return {}
     return {GPU_DEVICES_ANNOTATION: format_device_list(bind.gpu_devices)}
 

@@ -332,13 +332,15 @@ class KubeWriter:
     def bind(self, bind: Bind, annotations: Mapping[str, str]) -> WriteResult:
         namespace, name = _split(bind.pod)
         try:
-            if annotations:
-                patch = {"metadata": {"annotations": dict(annotations)}}
-                self.rest.call("PATCH", _pod_path(bind.pod), body=patch, content_type=MERGE_PATCH)
+            # The API server copies a Binding's annotations onto the pod: one request.
             body = {
                 "apiVersion": "v1",
                 "kind": "Binding",
-                "metadata": {"name": name, "namespace": namespace},
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "annotations": dict(annotations),
+                },
                 "target": {"apiVersion": "v1", "kind": "Node", "name": bind.node},
             }
             self.rest.call("POST", _pod_path(bind.pod, "/binding"), body=body)

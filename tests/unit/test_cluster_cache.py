@@ -161,19 +161,21 @@ class MemoryWriter:
 
 def test_the_binder_evicts_first_lifts_gates_then_binds_with_devices() -> None:
     cache = ClusterCache()
-    for obj in (node("n1"), pod("v", 8, "n1"), pod("g", 2, gates=(ADMISSION_GATE,))):
+    for obj in (node("n1"), pod("v", 8, "n1"), pod("g", 0, gates=(ADMISSION_GATE,)), pod("w", 2)):
         cache.upsert(obj)
     plan = Plan(cycle=1)
     plan.evictions.append(Evict("ns/v", "ns/vg", "reclaim"))
-    plan.binds.append(Bind("ns/g", "ns/pg", "n1", (0, 1)))
+    plan.binds.append(Bind("ns/g", "ns/pg", "n1", (0,), gpu_fraction=0.5))
+    plan.binds.append(Bind("ns/w", "ns/pg", "n1", (1, 2)))
     writer = MemoryWriter()
     report = Binder(writer).apply(plan, cache.snapshot(), 0.0)
     assert writer.calls == [
         ("evict", "ns/v"),
         ("lift", "ns/g"),
-        ("bind", "ns/g@n1:{'kai-ray.io/gpu-devices': '0,1'}"),
+        ("bind", "ns/g@n1:{'kai-ray.io/gpu-devices': '0'}"),  # a share: its device recorded
+        ("bind", "ns/w@n1:{}"),  # whole GPUs: the device plugin's to choose
     ]
-    assert [b.pod for b in report.bound] == ["ns/g"]
+    assert [b.pod for b in report.bound] == ["ns/g", "ns/w"]
     assert ("v", "Evicted") in writer.events and ("g", "Scheduled") in writer.events
 
 
