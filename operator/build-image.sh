@@ -50,7 +50,7 @@ PACKAGES=python3,python3-venv,libstdc++6
 VENV=/opt/kai-ray
 USER_ID=65532
 # Bump to rebuild the base when this recipe changes in a way the locks do not show.
-BASE_RECIPE=1
+BASE_RECIPE=2
 # Commands in the image's root run with its own clean environment, not the host's.
 IN_ROOT="env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 PIP_DISABLE_PIP_VERSION_CHECK=1"
 
@@ -125,7 +125,7 @@ build_base() {
   local hooks=(
     --setup-hook="cp '$tmp/pins' \"\$1/etc/apt/preferences.d/kai-ray-lock\""
     --customize-hook="mkdir -p \"\$1/tmp/wheels\" && cp '$wheels'/*.whl '$HERE/requirements.lock' \"\$1/tmp/wheels/\""
-    --customize-hook="chroot \"\$1\" $IN_ROOT python3 -m venv $VENV"
+    --customize-hook="chroot \"\$1\" $IN_ROOT SOURCE_DATE_EPOCH=$BASE_EPOCH python3 -m venv $VENV"
     --customize-hook="chroot \"\$1\" $IN_ROOT SOURCE_DATE_EPOCH=$BASE_EPOCH $VENV/bin/pip install --quiet --no-index --find-links /tmp/wheels --require-hashes --only-binary=:all: -r /tmp/wheels/requirements.lock"
     # every native module of the virtualenv finds its shared libraries
     --customize-hook="! chroot \"\$1\" sh -c 'find $VENV -name \"*.so*\" -type f -exec ldd {} + 2>&1 | grep \"not found\"' >&2"
