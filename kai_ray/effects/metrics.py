@@ -11,9 +11,9 @@ deleted queue's series go with it.
 
 `process_metrics()` is the one instance on prometheus-client's default
 registry (what the operator's metrics port serves); tests make their own on a
-fresh `CollectorRegistry`. Reads no clock and does no I/O besides
-prometheus-client's own bookkeeping; the HTTP server is started by the
-controller.
+fresh `CollectorRegistry`. No I/O besides prometheus-client's own
+bookkeeping (the HTTP server is started by the controller); the clock is read
+only when the caller does not hand `now` in.
 """
 
 from __future__ import annotations
