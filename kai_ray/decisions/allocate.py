@@ -67,11 +67,9 @@ class _Allocation:
         refused = refusal(ctx.ledger, group, candidate.request, preemptible)
         if refused:
             return refused
-        mark = ctx.transaction.checkpoint()
-        outcome = place_gang(ctx.transaction, placeable(ctx, group), ctx.config)
-        if not outcome.admitted:
-            return outcome.reason
-        return book(ctx, mark)
+        with ctx.transaction.attempt() as step:
+            outcome = place_gang(ctx.transaction, placeable(ctx, group), ctx.config)
+            return book(ctx, step) if outcome.admitted else outcome.reason
 
     def extras(self, candidates: list[Candidate]) -> None:
         """One extra pod per turn, re-ordering after each, until none fits."""
@@ -81,13 +79,13 @@ class _Allocation:
             preemptible = is_preemptible(group, candidate.priority)
             if refusal(ctx.ledger, group, candidate.request, preemptible):
                 continue
-            mark = ctx.transaction.checkpoint()
-            if place_extras(ctx.transaction, placeable(ctx, group), ctx.config, limit=1) == 0:
-                continue
-            if book(ctx, mark) is None:
-                following = self.next_extra(candidate)
-                if following is not None:
-                    waiting.add(following)
+            with ctx.transaction.attempt() as step:
+                placed = place_extras(ctx.transaction, placeable(ctx, group), ctx.config, limit=1)
+                if not placed or book(ctx, step) is not None:
+                    continue
+            following = self.next_extra(candidate)
+            if following is not None:
+                waiting.add(following)
 
     def next_extra(self, candidate: Candidate) -> Candidate | None:
         """The candidate asking for its next extra pod, None when none is left."""

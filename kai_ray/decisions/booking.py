@@ -5,11 +5,12 @@ view of a group, `placeable`, so that no action can forget a quota rule:
 - `placeable(ctx, group)`: the group with its pending pods kept off GPU types
   whose per-type limit cannot take even one of them (`admission.avoiding`);
   every action passes this view to `place_gang` and `place_extras`;
-- `book(ctx, mark)`: the transaction's placements and removals since `mark`,
-  each added to (or taken from) its group's queue, GPUs on nodes of a
-  labelled type to the queue's per-type tallies as well. When a queue would
-  pass a per-GPU-type limit with what it gains, nothing is booked: the
-  transaction is rolled back to `mark` and the reason returned;
+- `book(ctx, step)`: the placements and removals of one step
+  (`Transaction.attempt`), each added to (or taken from) its group's queue,
+  GPUs on nodes of a labelled type to the queue's per-type tallies as well;
+  the step then holds (it is committed). When a queue would pass a
+  per-GPU-type limit with what it gains, nothing is booked and the reason is
+  returned: the step is rolled back;
 - `held_ledger(snapshot, shares)`: the ledger as the cycle opens it, with what
   every queue's bound members hold.
 Pure: no I/O.
@@ -33,7 +34,7 @@ from kai_ray.decisions.admission import (
 from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.ledger import QueueLedger
 from kai_ray.decisions.ordering import group_priority
-from kai_ray.decisions.transaction import Placement, Transaction
+from kai_ray.decisions.transaction import Attempt, Placement, Transaction
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.snapshot import Snapshot
@@ -63,22 +64,21 @@ def _exhausted(ctx: CycleContext, group: PodGroupState) -> list[TypedKey]:
 Account = tuple[str, bool]
 
 
-def book(ctx: CycleContext, mark: int) -> str | None:
-    """Book every placement and removal since `mark` on its group's queue; None when
-    booked, else why not (and the transaction is rolled back to `mark`)."""
-    tx = ctx.transaction
-    amounts, gpus = _deltas(ctx, tx.placements[mark:])
+def book(ctx: CycleContext, step: Attempt) -> str | None:
+    """Book every placement and removal of `step` on its group's queue, and let the
+    step stand; else why not (nothing booked, and the step is rolled back)."""
+    amounts, gpus = _deltas(ctx, ctx.transaction.placements[step.mark :])
     typed = {queue: _typed(ctx, queue, on_nodes) for queue, on_nodes in gpus.items()}
     for queue, gained in typed.items():
         refused = typed_limit_refusal(ctx.ledger, queue, _gains(gained)) if gained else None
         if refused:
-            tx.revert(mark)
             return refused
     for (queue, preemptible), amount in amounts.items():
         ctx.ledger.add(queue, Resources.from_canonical(amount), preemptible)
     for queue, gained in typed.items():
         if gained is not None:
             ctx.ledger.add_typed(queue, gained)
+    step.holds = True
     return None
 
 

@@ -54,10 +54,10 @@ class ConsolidateAction:
         if ctx.config.consolidationMaxJobs == 0 or ctx.config.placementStrategy == "spread":
             return
         for group in in_turn(ctx):
-            mark = ctx.transaction.checkpoint()
-            moved = consolidation_for(ctx, group)
-            if moved is not None:
-                _adopt(ctx, group, moved, mark)
+            with ctx.transaction.attempt() as step:
+                moved = consolidation_for(ctx, group)
+                if moved is not None and book(ctx, step) is None:
+                    _adopt(ctx, group, moved)
 
 
 def in_turn(ctx: CycleContext) -> list[PodGroupState]:
@@ -74,12 +74,12 @@ def consolidation_for(ctx: CycleContext, group: PodGroupState) -> list[PodGroupS
     if refusal(ctx.ledger, group, request, preemptible) or not fits_in_total(ctx, request):
         return None
     mark = ctx.transaction.checkpoint()
-    if attempt(ctx, group, ()):
-        ctx.transaction.revert(mark)
+    if try_move(ctx, group, ()):
+        ctx.transaction.rollback(mark)
         return None  # it fits as things are: not a matter of fragmentation
     movable = movable_gangs(ctx, group)
     for count in range(1, min(ctx.config.consolidationMaxJobs, len(movable)) + 1):
-        if attempt(ctx, group, movable[:count]):
+        if try_move(ctx, group, movable[:count]):
             return _without_stayers(ctx, group, movable[:count], mark)
     return None
 
@@ -118,7 +118,7 @@ def _movable(ctx: CycleContext, group: PodGroupState, touched: set[str]) -> bool
     return known and whole and untouched and is_preemptible(group, group_priority(group))
 
 
-def attempt(ctx: CycleContext, target: PodGroupState, moved: Sequence[PodGroupState]) -> bool:
+def try_move(ctx: CycleContext, target: PodGroupState, moved: Sequence[PodGroupState]) -> bool:
     """Release `moved`, place the target's minimum, re-place every released pod; on
     failure the transaction is put back as it was."""
     tx = ctx.transaction
@@ -130,7 +130,7 @@ def attempt(ctx: CycleContext, target: PodGroupState, moved: Sequence[PodGroupSt
         replace_gang(tx, gang, ctx.config) for gang in moved
     )
     if not holds:
-        tx.revert(mark)
+        tx.rollback(mark)
     return holds
 
 
@@ -158,10 +158,11 @@ def _without_stayers(
     kept = [gang for gang in moved if not _stayed(ctx.transaction, gang)]
     if len(kept) == len(moved):
         return moved
-    ctx.transaction.revert(mark)
-    if attempt(ctx, target, kept):
+    ctx.transaction.rollback(mark)
+    if try_move(ctx, target, kept):
         return kept
-    attempt(ctx, target, moved)  # held a moment ago, so it holds again
+    if not try_move(ctx, target, moved):
+        raise RuntimeError(f"{target.key}: a move that held failed again on the same state")
     return moved
 
 
@@ -173,11 +174,8 @@ def _stayed(tx: Transaction, gang: PodGroupState) -> bool:
     return True
 
 
-def _adopt(ctx: CycleContext, target: PodGroupState, moved: list[PodGroupState], mark: int) -> None:
-    """Book the move on the queues and evict the moved pods (their new binds are in
-    the transaction); a per-GPU-type limit the move would pass undoes it all."""
-    if book(ctx, mark) is not None:
-        return
+def _adopt(ctx: CycleContext, target: PodGroupState, moved: list[PodGroupState]) -> None:
+    """Evict the moved pods (their new binds are in the transaction), the target admitted."""
     for gang in moved:
         moves = (Evict(pod.key, gang.key, CONSOLIDATION) for pod in gang.bound)
         ctx.plan.evictions.extend(moves)

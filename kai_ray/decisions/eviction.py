@@ -35,7 +35,7 @@ from kai_ray.decisions.placement import place_gang
 from kai_ray.decisions.placement.filters import static_mask
 from kai_ray.decisions.plan import Evict, GroupStatus
 from kai_ray.decisions.runtime import Protection, started_at
-from kai_ray.decisions.transaction import Transaction, held_vector
+from kai_ray.decisions.transaction import MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import (
     Budget,
     Need,
@@ -50,6 +50,8 @@ from kai_ray.values.resources import GPU
 
 #: Selections tried before giving up on a job: the need, then with this much more room each.
 SLACK = (0.0, 1.0, 3.0)
+#: Per group: its victim units (they depend on the snapshot alone).
+VICTIM_UNITS = MemoKey[list[VictimUnit]]("victim units")
 
 
 def job_need(tx: Transaction, group: PodGroupState) -> Need | None:
@@ -69,7 +71,8 @@ def evict_to_fit(
     new_budget: Callable[[], Budget],
 ) -> list[VictimUnit] | None:
     """The victims whose eviction lets the group's minimum fit, evicted and the group
-    placed (both committed in the transaction); None, with nothing changed, if none do."""
+    placed in the transaction (for the caller's step to commit); None, with
+    nothing changed, if none do."""
     tx, need = ctx.transaction, job_need(ctx.transaction, group)
     if need is None or not units:
         return None
@@ -109,10 +112,11 @@ def _fit_and_trim(
     needed = whole_gangs(needed, victims)
     if len(needed) == len(victims):
         return victims
-    tx.revert(mark)
+    tx.rollback(mark)
     if _try_fit(ctx, group, needed):
         return needed
-    _try_fit(ctx, group, victims)  # the same steps as before: it fits again
+    if not _try_fit(ctx, group, victims):
+        raise RuntimeError(f"{group.key}: a fit that held failed again on the same state")
     return victims
 
 
@@ -124,7 +128,7 @@ def _try_fit(ctx: CycleContext, group: PodGroupState, victims: Sequence[VictimUn
             tx.evict(pod, unit.group.key)
     if place_gang(tx, group, ctx.config).admitted:
         return True
-    tx.revert(mark)
+    tx.rollback(mark)
     return False
 
 
@@ -166,11 +170,8 @@ def running_units(
 
 def _units_of(tx: Transaction, group: PodGroupState, priority: int) -> list[VictimUnit]:
     """The group's victim units, cut once per cycle (they depend on the snapshot alone)."""
-    key = ("victim-units", group.key)
-    if key not in tx.memo:
-        tx.memo[key] = victim_units(group, priority, started_at(group))
-    units: list[VictimUnit] = tx.memo[key]
-    return units
+    build = lambda: victim_units(group, priority, started_at(group))  # noqa: E731
+    return tx.memo.get(VICTIM_UNITS, group.key, build)
 
 
 def record(

@@ -70,11 +70,9 @@ class PreemptAction:
         if not units or preempt_refusal(ctx, candidate, units):
             ask_to_wake(ctx, protection)
             return
-        mark = ctx.transaction.checkpoint()
-        victims = evict_to_fit(ctx, placeable(ctx, candidate.group), units, Budget)
-        if victims is None:
-            ask_to_wake(ctx, protection)
-        elif preempt_refusal(ctx, candidate, victims):
-            ctx.transaction.revert(mark)
-        elif book(ctx, mark) is None:
-            record(ctx, candidate, victims, self.name)
+        with ctx.transaction.attempt() as step:
+            victims = evict_to_fit(ctx, placeable(ctx, candidate.group), units, Budget)
+            if victims is None:
+                ask_to_wake(ctx, protection)
+            elif not preempt_refusal(ctx, candidate, victims) and book(ctx, step) is None:
+                record(ctx, candidate, victims, self.name)

@@ -173,9 +173,9 @@ class ReclaimAction:
         may_take = functools.cache(budget.reclaimer_may_take_from)
         units = running_units(ctx, lambda g, _: may_take(g.queue), protection)
         new_budget = lambda: FairShareBudget(ctx.ledger, contested, group.queue, candidate.request)  # noqa: E731
-        mark = ctx.transaction.checkpoint()
-        victims = evict_to_fit(ctx, placeable(ctx, group), units, new_budget)
-        if victims is None:
-            ask_to_wake(ctx, protection)
-        elif book(ctx, mark) is None:
-            record(ctx, candidate, victims, self.name)
+        with ctx.transaction.attempt() as step:
+            victims = evict_to_fit(ctx, placeable(ctx, group), units, new_budget)
+            if victims is None:
+                ask_to_wake(ctx, protection)
+            elif book(ctx, step) is None:
+                record(ctx, candidate, victims, self.name)

@@ -8,22 +8,25 @@ snapshot, and an undo log:
   many untouched devices each node has (`whole_free`);
 - free resources per topology domain (`domain_free`), built on first use and
   then kept up to date with every placement, so placement never re-sums nodes.
-`checkpoint()` marks a point, `rollback(mark)` undoes everything after it,
-`commit()` keeps all so far, `discard()` undoes all. Rollback restores the
-saved rows exactly (no float drift). `evict(pod, group)` is the opposite
+`checkpoint()` marks a point and `rollback(mark)` undoes everything after it
+(placement tries candidates this way, and never commits). `attempt()` is the
+step an action takes: what the step does is committed when the action says it
+holds, else rolled back; committed work is never rolled back. Rollback restores
+the saved rows exactly (no float drift). `evict(pod, group)` is the opposite
 what-if: a bound pod's resources and devices are given back to its node, as
 an entry of the same undo log (a removal), so rollback takes it back too;
-`binds()` lists only placements and `evictions()` only removals. `memo`
-holds per-cycle caches keyed by their users (placement's masks by pod
-signature); they depend only on the snapshot, never on what the transaction
-changed. Pure: no I/O.
+`binds()` lists only committed placements and `evictions()` only committed
+removals. `memo` holds per-cycle caches under typed keys (`MemoKey`); they
+depend only on the snapshot, never on what the transaction changed.
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import contextlib
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +39,41 @@ from kai_ray.values.resources import EPSILON, GPU
 Matrix = npt.NDArray[np.float64]
 #: A topology level: (Topology name, level index from the widest).
 LevelKey = tuple[str, int]
+T = TypeVar("T")
+
+
+class MemoKey(Generic[T]):
+    """A typed slot of the per-cycle memo: what is kept under it is a `T`, one per
+    argument (a pod signature, a label key)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"MemoKey({self.name!r})"
+
+
+class CycleMemo:
+    """Per-cycle caches that depend only on the snapshot, under typed keys."""
+
+    def __init__(self) -> None:
+        self._slots: dict[tuple[MemoKey[Any], Hashable], Any] = {}
+
+    def get(self, key: MemoKey[T], argument: Hashable, build: Callable[[], T]) -> T:
+        """The value under `key` for `argument`, built once per cycle."""
+        slot = (key, argument)
+        if slot not in self._slots:
+            self._slots[slot] = build()
+        value: T = self._slots[slot]
+        return value
+
+
+@dataclass
+class Attempt:
+    """One step an action tries (`Transaction.attempt`); set `holds` when it stands."""
+
+    mark: int
+    holds: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,7 +105,7 @@ class Transaction:
         self.placed: dict[str, Placement] = {}
         #: Bound pods evicted so far (committed or not), by key.
         self.removed: dict[str, Placement] = {}
-        self.memo: dict[Hashable, Any] = {}
+        self.memo = CycleMemo()
         self._domain_free: dict[LevelKey, Matrix] = {}
         self._undo: list[_Undo] = []
         self._committed = 0
@@ -103,20 +141,23 @@ class Transaction:
             (self.removed if placement.removal else self.placed).pop(placement.bind.pod, None)
             self._node_changed(placement.node, placement.taken)
 
-    def revert(self, mark: int) -> None:
-        """Undo everything after `mark`, committed or not.
-
-        For a caller that took a checkpoint before a step that commits by itself
-        (placing a gang) and then finds the step must not stand (a per-type limit).
-        """
-        self._committed = min(self._committed, mark)
-        self.rollback(mark)
-
     def commit(self) -> None:
         self._committed = len(self.placements)
 
-    def discard(self) -> None:
-        self.rollback(self._committed)
+    @contextlib.contextmanager
+    def attempt(self) -> Iterator[Attempt]:
+        """One step: committed on leaving when `holds` was set, rolled back otherwise
+        (an exception rolls it back too)."""
+        step = Attempt(self.checkpoint())
+        try:
+            yield step
+        except BaseException:
+            self.rollback(step.mark)
+            raise
+        if step.holds:
+            self.commit()
+        else:
+            self.rollback(step.mark)
 
     def binds(self) -> list[Bind]:
         return [p.bind for p in self.placements[: self._committed] if not p.removal]

@@ -50,13 +50,20 @@ def simple_gang(
 def place(
     snapshot: Snapshot, group: str = "default/g", strategy: str = "binpack"
 ) -> tuple[GangOutcome, Transaction]:
+    """The gang placed and, when its minimum holds, committed (as an action would)."""
     tx = Transaction(snapshot)
     config = SchedulerConfigSpec(placementStrategy=strategy)  # type: ignore[arg-type]
-    return place_gang(tx, snapshot.pod_groups[group], config), tx
+    outcome = place_gang(tx, snapshot.pod_groups[group], config)
+    if outcome.admitted:
+        tx.commit()
+    return outcome, tx
 
 
 def extras(tx: Transaction, group: str = "default/g", limit: int | None = None) -> int:
-    return place_extras(tx, tx.snapshot.pod_groups[group], SchedulerConfigSpec(), limit)
+    """Extras placed and committed."""
+    placed = place_extras(tx, tx.snapshot.pod_groups[group], SchedulerConfigSpec(), limit)
+    tx.commit()
+    return placed
 
 
 def nodes_of(tx: Transaction) -> dict[str, str]:

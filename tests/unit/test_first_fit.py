@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from kai_ray.decisions.cycle import run_cycle
+from kai_ray.decisions.placement import place_gang
 from kai_ray.decisions.plan import Bind
 from kai_ray.decisions.transaction import Placement, Transaction
 from kai_ray.state.snapshot import ClusterObjects, Snapshot, build_snapshot
-from kai_ray.values.config import SchedulerConfig
+from kai_ray.values.config import SchedulerConfig, SchedulerConfigSpec
 from tests.builders import make_node, make_pod, make_pod_group, make_queue
 
 
@@ -91,11 +92,44 @@ def test_fractions_pack_onto_one_device_and_whole_gpus_avoid_it() -> None:
     assert len(by_pod["default/w-0"].gpu_devices) == 7
 
 
-def test_revert_undoes_committed_work_after_a_mark() -> None:
+def _one_gpu(snap: Snapshot) -> Placement:
+    return Placement(Bind("default/p", "default/g", "n1", (0,)), 0, snap.vector({"gpu": 1}))
+
+
+def test_an_attempt_that_holds_is_committed() -> None:
     snap = snapshot([make_node("n1").gpus(8).build()], [], [])
     tx = Transaction(snap)
-    mark = tx.checkpoint()
-    tx.place(Placement(Bind("default/p", "default/g", "n1", (0,)), 0, snap.vector({"gpu": 1})))
-    tx.commit()
-    tx.revert(mark)
-    assert tx.binds() == [] and np.array_equal(tx.free, snap.free)
+    with tx.attempt() as step:
+        tx.place(_one_gpu(snap))
+        step.holds = True
+    assert len(tx.binds()) == 1
+    with pytest.raises(ValueError):
+        tx.rollback(0)
+
+
+def test_an_attempt_that_does_not_hold_is_rolled_back() -> None:
+    snap = snapshot([make_node("n1").gpus(8).build()], [], [])
+    tx = Transaction(snap)
+    with tx.attempt():
+        tx.place(_one_gpu(snap))
+    assert tx.binds() == [] and tx.placements == [] and np.array_equal(tx.free, snap.free)
+
+
+def test_an_attempt_that_raises_is_rolled_back() -> None:
+    snap = snapshot([make_node("n1").gpus(8).build()], [], [])
+    tx = Transaction(snap)
+    with pytest.raises(RuntimeError), tx.attempt() as step:
+        tx.place(_one_gpu(snap))
+        step.holds = True
+        raise RuntimeError("broken")
+    assert tx.placements == [] and np.array_equal(tx.free, snap.free)
+
+
+def test_placement_leaves_committing_to_its_caller() -> None:
+    pods, group = gang("g", 2, 4)
+    snap = snapshot([make_node("n1").gpus(8).build()], pods, [group])
+    tx = Transaction(snap)
+    assert place_gang(tx, snap.pod_groups["default/g"], SchedulerConfigSpec()).admitted
+    assert len(tx.placements) == 2 and tx.binds() == []
+    tx.rollback(0)
+    assert np.array_equal(tx.free, snap.free)

@@ -119,6 +119,7 @@ def test_a_short_subgroup_is_placed_whole_as_an_extra() -> None:
     tx.free[3:, :] = 0  # only three nodes have room at first
     tx.whole_free[3:] = 0
     outcome = place_gang(tx, snapshot.pod_groups["default/g"], SchedulerConfigSpec())
+    tx.commit()
     assert outcome.admitted and len(tx.binds()) == 3
     tx.free[3:] = snapshot.free[3:]
     tx.whole_free[3:] = 8

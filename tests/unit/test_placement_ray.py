@@ -71,6 +71,7 @@ def plan(snapshot: Snapshot, mode: str) -> tuple[list[Any], list[str]]:
     reasons = [place_gang(tx, group, config).reason for group in ordered]
     for group in ordered:
         place_extras(tx, group, config)
+    tx.commit()
     assert backend_for(tx, config).name == ("ray" if mode == "always" else "local")
     return tx.binds(), reasons
 

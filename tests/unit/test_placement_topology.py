@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 
+from kai_ray.decisions.placement import Code
 from kai_ray.decisions.transaction import Transaction
 from tests.builders import make_node, make_pod, make_pod_group, make_topology
 from tests.unit.placement_setup import cluster, gang_pods, place
@@ -103,6 +104,7 @@ def test_gang_that_fits_no_rack_says_how_close_the_best_came() -> None:
     pods, group = gang(8, "rack")
     outcome, tx = place(cluster(nodes, pods + bound, [group], [TOPOLOGY]))
     assert not outcome.admitted and tx.binds() == []
+    assert outcome.code is Code.UNSCHEDULABLE
     assert outcome.reason.endswith(
         "needs 8 pods with 8 GPUs each inside one rack; the best rack has room for 5"
     )
@@ -136,3 +138,21 @@ def test_each_subgroup_in_its_own_rack_inside_the_required_block() -> None:
     by_pod = {b.pod.split("/")[1]: "-".join(b.node.split("-")[:2]) for b in tx.binds()}
     assert by_pod["g-a-0"] == by_pod["g-a-1"] and by_pod["g-b-0"] == by_pod["g-b-1"]
     assert {r.split("-")[0] for r in by_pod.values()} == {"b1"}
+
+
+@pytest.mark.parametrize(
+    ("required", "words"),
+    [
+        pytest.param("row", "has no level 'row'", id="a level the topology lacks is an error"),
+        pytest.param("rack", "does not exist", id="a topology that does not exist is an error"),
+    ],
+)
+def test_a_constraint_naming_what_does_not_exist_is_an_error_not_a_lack_of_room(
+    required: str, words: str
+) -> None:
+    nodes, _ = rack_nodes({"b1/r1": 4})
+    pods, group = gang(2, required)
+    topologies = [TOPOLOGY] if required == "row" else []
+    outcome, tx = place(cluster(nodes, pods, [group], topologies))
+    assert outcome.code is Code.ERROR and words in outcome.reason
+    assert tx.placements == []

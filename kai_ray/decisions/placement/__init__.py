@@ -1,14 +1,16 @@
 """Placement: where a gang's pods go, inside the cycle's transaction.
 
-The allocate action calls two functions and nothing else:
+Every action calls two functions and nothing else:
 - `place_gang(tx, group, config)`: the group's missing minimum (and every
   subgroup's minimum, `minSubGroup` of them at the top), all or nothing; on
   failure the transaction is rolled back to where it was and the outcome says
-  why, for a person;
+  why, for a person, with a `Code` telling "no room now" from "asks for what
+  does not exist";
 - `place_extras(tx, group, config, limit)`: members above the minimum, one by one.
-Both commit what they place. Candidate topology domains are evaluated by a
-`PlacementBackend`: numpy in-process, or Ray tasks for large clusters
-(`backend.py`, `ray_backend.py`); both give the same plan. See docs/placement.md.
+Neither commits: the caller commits or rolls back (`Transaction.attempt`).
+Candidate topology domains are evaluated by a `PlacementBackend`: numpy
+in-process, or Ray tasks for large clusters (`backend.py`, `ray_backend.py`);
+both give the same plan. See docs/placement.md.
 Pure: no I/O.
 """
 
@@ -16,8 +18,10 @@ from __future__ import annotations
 
 from kai_ray.decisions.placement.allocation import GangOutcome, place_extras, place_gang
 from kai_ray.decisions.placement.backend import LocalBackend, PlacementBackend, RoomQuery
+from kai_ray.decisions.placement.reasons import Code
 
 __all__ = [
+    "Code",
     "GangOutcome",
     "LocalBackend",
     "PlacementBackend",

@@ -6,8 +6,9 @@ subgroup: `minMember` minus members already bound or placed; at the top,
 group's own `minMember` still needs) and places it all or nothing.
 `place_extras` grows an admitted group: a subgroup still short of its minimum
 is placed whole first, then every other pending member one at a time, each
-inside the required domains its set already occupies. Both commit what they
-place. Pure: no I/O.
+inside the required domains its set already occupies. Neither commits: what
+they place stays in the transaction for the caller to commit or roll back
+(`Transaction.attempt`). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kai_ray.decisions.placement.gang import Context, PodSet, explain, place_set
+from kai_ray.decisions.placement.reasons import Code
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
@@ -28,15 +30,21 @@ Pick = Callable[[str | None, list[PodState], int], list[PodState]]
 
 @dataclass(frozen=True)
 class GangOutcome:
-    """What placing one group did: admitted (its minimum holds) or why not; pods placed."""
+    """What placing one group did (`Code`), why not for a person, and pods placed."""
 
-    admitted: bool
+    code: Code
     reason: str = ""
     placed: int = 0
 
+    @property
+    def admitted(self) -> bool:
+        """Its minimum holds (in the transaction, until the caller rolls it back)."""
+        return self.code is Code.SUCCESS
+
 
 def place_gang(tx: Transaction, group: PodGroupState, config: SchedulerConfigSpec) -> GangOutcome:
-    """The group's missing minimum, all or nothing, committed when it holds."""
+    """The group's missing minimum, all or nothing: placed in the transaction when it
+    holds, and the transaction left as it was when not."""
     tree = build_tree(tx, group, _minimum)
     ctx = _context(tx, group, config)
     mark = tx.checkpoint()
@@ -44,10 +52,8 @@ def place_gang(tx: Transaction, group: PodGroupState, config: SchedulerConfigSpe
     if failure is not None:
         tx.rollback(mark)
         reason = f"gang of {group.spec.minMember} does not fit: {explain(ctx, failure)}"
-        return GangOutcome(False, reason)
-    placed = tx.checkpoint() - mark
-    tx.commit()
-    return GangOutcome(True, placed=placed)
+        return GangOutcome(failure.code, reason)
+    return GangOutcome(Code.SUCCESS, placed=tx.checkpoint() - mark)
 
 
 def place_extras(
@@ -67,7 +73,6 @@ def place_extras(
         mark = tx.checkpoint()
         if place_set(ctx, tree, ctx.everywhere()) is None:
             placed += tx.checkpoint() - mark
-            tx.commit()
     return placed
 
 

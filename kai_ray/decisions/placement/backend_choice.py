@@ -9,10 +9,10 @@ Pure: no I/O (the Ray backend it may make aside).
 from __future__ import annotations
 
 from kai_ray.decisions.placement.backend import LocalBackend, PlacementBackend
-from kai_ray.decisions.transaction import Transaction
+from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.values.config import RayBackend, SchedulerConfigSpec
 
-BACKEND_MEMO = "placement-backend"
+BACKEND = MemoKey[PlacementBackend]("placement backend")
 
 
 def use_ray(settings: RayBackend, node_count: int) -> bool:
@@ -24,13 +24,7 @@ def use_ray(settings: RayBackend, node_count: int) -> bool:
 
 def backend_for(tx: Transaction, config: SchedulerConfigSpec) -> PlacementBackend:
     """The backend of this transaction (one per cycle: the Ray one puts the snapshot once)."""
-    backend = tx.memo.get(BACKEND_MEMO)
-    if backend is None:
-        backend = _new_backend(tx, config.rayBackend)
-        tx.memo[BACKEND_MEMO] = backend
-    assert hasattr(backend, "domain_room")
-    chosen: PlacementBackend = backend
-    return chosen
+    return tx.memo.get(BACKEND, None, lambda: _new_backend(tx, config.rayBackend))
 
 
 def _new_backend(tx: Transaction, settings: RayBackend) -> PlacementBackend:

@@ -13,13 +13,12 @@ a pod is kept off and why, for the failure messages. Pure: no I/O.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from kai_ray.decisions.transaction import Transaction
+from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.state.nodes import Taint
 from kai_ray.state.pod_states import PodState
 from kai_ray.workloads.pods import NODE_NAME_FIELD, NodeRequirement, NodeSelectorTerm, Toleration
@@ -27,15 +26,14 @@ from kai_ray.workloads.pods import NODE_NAME_FIELD, NodeRequirement, NodeSelecto
 Flags = npt.NDArray[np.bool_]
 Indices = npt.NDArray[np.intp]
 FILTERING_EFFECTS = ("NoSchedule", "NoExecute")
-T = TypeVar("T")
-
-
-def memoised(tx: Transaction, key: Hashable, build: Callable[[], T]) -> T:
-    """`build()` once per transaction under `key`."""
-    if key not in tx.memo:
-        tx.memo[key] = build()
-    value: T = tx.memo[key]
-    return value
+TaintMasks = tuple[tuple[Taint, Flags], ...]
+#: Per filter signature: the nodes that pass, as flags and as sorted indices.
+STATIC_MASK = MemoKey[Flags]("static mask")
+STATIC_NODES = MemoKey[Indices]("static nodes")
+#: Per label key: every node's value, as read and as an integer.
+LABEL = MemoKey[npt.NDArray[np.object_]]("label column")
+NUMERIC_LABEL = MemoKey[npt.NDArray[np.float64]]("numeric label column")
+TAINTS = MemoKey[TaintMasks]("taint masks")
 
 
 def signature(pod: PodState) -> tuple[Any, ...]:
@@ -44,13 +42,13 @@ def signature(pod: PodState) -> tuple[Any, ...]:
 
 def static_mask(tx: Transaction, pod: PodState) -> Flags:
     """Nodes that pass every filter but resources, for pods with this signature."""
-    return memoised(tx, ("static", signature(pod)), lambda: _static_mask(tx, pod))
+    return tx.memo.get(STATIC_MASK, signature(pod), lambda: _static_mask(tx, pod))
 
 
 def static_nodes(tx: Transaction, pod: PodState) -> Indices:
     """`static_mask` as sorted node indices."""
-    key = ("static-nodes", signature(pod))
-    return memoised(tx, key, lambda: np.flatnonzero(static_mask(tx, pod)).astype(np.intp))
+    build = lambda: np.flatnonzero(static_mask(tx, pod)).astype(np.intp)  # noqa: E731
+    return tx.memo.get(STATIC_NODES, signature(pod), build)
 
 
 def _static_mask(tx: Transaction, pod: PodState) -> Flags:
@@ -106,7 +104,7 @@ def label_column(tx: Transaction, key: str) -> npt.NDArray[np.object_]:
             return np.array(tx.snapshot.node_names, dtype=object)
         return np.array([labels.get(key) for labels in tx.snapshot.labels], dtype=object)
 
-    return memoised(tx, ("label", key), build)
+    return tx.memo.get(LABEL, key, build)
 
 
 def numeric_label_column(tx: Transaction, key: str) -> npt.NDArray[np.float64]:
@@ -115,7 +113,7 @@ def numeric_label_column(tx: Transaction, key: str) -> npt.NDArray[np.float64]:
     def build() -> npt.NDArray[np.float64]:
         return np.array([_integer(v) for v in label_column(tx, key)], dtype=np.float64)
 
-    return memoised(tx, ("label-number", key), build)
+    return tx.memo.get(NUMERIC_LABEL, key, build)
 
 
 def _integer(value: object) -> float:
@@ -125,10 +123,10 @@ def _integer(value: object) -> float:
         return float("nan")
 
 
-def taint_masks(tx: Transaction) -> tuple[tuple[Taint, Flags], ...]:
+def taint_masks(tx: Transaction) -> TaintMasks:
     """Each distinct filtering taint with the nodes that carry it, in first-seen order."""
 
-    def build() -> tuple[tuple[Taint, Flags], ...]:
+    def build() -> TaintMasks:
         carriers: dict[Taint, list[int]] = {}
         for node, taints in enumerate(tx.snapshot.taints):
             for taint in taints:
@@ -137,7 +135,7 @@ def taint_masks(tx: Transaction) -> tuple[tuple[Taint, Flags], ...]:
         nodes = len(tx.snapshot.node_names)
         return tuple((taint, _flags_at(nodes, rows)) for taint, rows in carriers.items())
 
-    return memoised(tx, "taints", build)
+    return tx.memo.get(TAINTS, None, build)
 
 
 def _flags_at(size: int, rows: list[int]) -> Flags:

@@ -24,7 +24,7 @@ from kai_ray.decisions.placement.backend_choice import backend_for
 from kai_ray.decisions.placement.domains import Kind, Scope
 from kai_ray.decisions.placement.filters import static_nodes
 from kai_ray.decisions.placement.fit import choose_devices, choose_node
-from kai_ray.decisions.placement.reasons import Failure, explain_pod
+from kai_ray.decisions.placement.reasons import Code, Failure, explain_pod
 from kai_ray.decisions.placement.shapes import NodeSet, shape_of
 from kai_ray.decisions.plan import Bind
 from kai_ray.decisions.transaction import Placement, Transaction
@@ -91,7 +91,7 @@ def place_set(ctx: Context, pod_set: PodSet, allowed: NodeSet) -> Failure | None
         return Failure(text=f"{pod_set.label()}{pod_set.waiting}")
     scope = domains.resolve(ctx.tx, pod_set.constraint, ctx.topology)
     if isinstance(scope, str):
-        return Failure(text=f"{pod_set.label()}{scope}")
+        return Failure(text=f"{pod_set.label()}{scope}", code=Code.ERROR)
     if scope is None:
         return _attempt(ctx, pod_set, allowed)
     allowed = domains.anchored(scope, allowed, pod_set.anchors)
@@ -131,6 +131,7 @@ def _place_children(ctx: Context, pod_set: PodSet, node_set: NodeSet) -> Failure
         text=f"only {reached} of {len(pod_set.children)} subgroups can reach their minimum "
         f"({pod_set.needed} needed)",
         cause=first_failure,
+        code=first_failure.code if first_failure else Code.UNSCHEDULABLE,
     )
 
 

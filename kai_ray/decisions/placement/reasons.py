@@ -6,11 +6,16 @@ only after the attempt has been rolled back, so the numbers describe the
 cluster as the gang found it: "no node fits pod team-a/w-0: 3 nodes lack free
 nvidia.com/gpu, 2 nodes are not ready, 1 node has taint gpu=broken:NoSchedule",
 or, when each pod fits alone but not all together, "needs 8 pods with 8 GPUs
-each; the cluster has room for 5". Pure: no I/O.
+each; the cluster has room for 5". Each failure carries a `Code`, as
+kube-scheduler's statuses do: `UNSCHEDULABLE` when the cluster has no room
+now (or the gang's pods are not all made yet), `ERROR` when the gang asks for
+something that does not exist (a topology or level it names), which no room
+will mend. Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import enum
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +32,16 @@ from kai_ray.state.pod_states import PodState
 Indices = npt.NDArray[np.intp]
 
 
+class Code(enum.Enum):
+    """What came of placing a gang."""
+
+    SUCCESS = "success"
+    #: No room now; it may fit once room frees up (or its pods are made).
+    UNSCHEDULABLE = "unschedulable"
+    #: The gang asks for what does not exist; it cannot fit until it is fixed.
+    ERROR = "error"
+
+
 @dataclass(frozen=True)
 class Failure:
     text: str = ""
@@ -35,6 +50,7 @@ class Failure:
     #: Pods of the failing pod's kind the set needed.
     count: int = 0
     cause: Failure | None = None
+    code: Code = Code.UNSCHEDULABLE
 
     def render(self, explain: Callable[[PodState, NodeSet, int], str]) -> str:
         if self.pod is not None and self.node_set is not None:

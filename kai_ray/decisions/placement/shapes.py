@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kai_ray.decisions.transaction import Transaction
+from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.snapshot import POD_COUNT
 from kai_ray.values.resources import GPU, Resources
@@ -63,6 +63,10 @@ class PodShape:
         return f"{cpu:g} CPU{'s' if cpu != 1 else ''}" if cpu else "no resources"
 
 
+#: Per distinct (requests, GPU share): the shape.
+SHAPE = MemoKey[PodShape]("pod shape")
+
+
 @dataclass(frozen=True)
 class NodeSet:
     """Candidate nodes for a set of pods, and how a message names them."""
@@ -74,13 +78,8 @@ class NodeSet:
 
 def shape_of(tx: Transaction, pod: PodState) -> PodShape:
     """The pod's shape, built once per distinct (requests, share) in this transaction."""
-    key = ("shape", pod.requests, pod.gpu_share)
-    shape = tx.memo.get(key)
-    if shape is None:
-        shape = _build_shape(tx, pod.requests, pod.gpu_share)
-        tx.memo[key] = shape
-    assert isinstance(shape, PodShape)
-    return shape
+    build = lambda: _build_shape(tx, pod.requests, pod.gpu_share)  # noqa: E731
+    return tx.memo.get(SHAPE, (pod.requests, pod.gpu_share), build)
 
 
 def _build_shape(tx: Transaction, requests: Resources, share: GpuShare | None) -> PodShape:
