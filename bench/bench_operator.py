@@ -184,9 +184,17 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> None:
 
 
 def delete_namespace(core: client.CoreV1Api, namespace: str) -> None:
-    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    """Delete the namespace and wait until its pods are gone (the API server may be
+    slow to answer while it deletes thousands: a timeout is asked again)."""
     core.delete_namespace(namespace)
-    wait_for(lambda: not core.list_namespaced_pod(namespace, limit=1).items, 300)
+
+    def gone() -> bool:
+        try:
+            return not core.list_namespaced_pod(namespace, limit=1).items
+        except client.exceptions.ApiException:
+            return False
+
+    wait_for(gone, 600)
 
 
 @contextlib.contextmanager
