@@ -27,7 +27,7 @@ from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.queues import QueueNode, QueueTree
 from kai_ray.values.resources import CPU, EPSILON, GPU, MEMORY, Resources, format_amount
-from kai_ray.workloads.pods import NodeRequirement
+from kai_ray.workloads.pod_fields import NodeRequirement
 
 #: Preemptibility follows priority when a group does not say (KAI's rule).
 NON_PREEMPTIBLE_FROM = 100

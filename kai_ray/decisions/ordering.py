@@ -33,9 +33,10 @@ from kai_ray.values.resources import EPSILON, Resources
 #: The weight of a resource a queue has no allocatable share of (KAI's penalty).
 NO_SHARE_PENALTY = 1000.0
 
-#: Values of well-known PriorityClass names, for groups whose pods carry no
-#: resolved priority (the simulator, or a class not yet applied). KAI's defaults
-#: and Kubernetes' two system classes.
+#: Values of well-known PriorityClass names: KAI's defaults (its chart installs them
+#: as PriorityClasses) and Kubernetes' two system classes. As in KAI, the class the
+#: group names decides: a group naming one of these has its value whatever its pods
+#: resolved (a pod without a class resolves to 0, so the pods cannot be asked first).
 WELL_KNOWN_PRIORITIES: Mapping[str, int] = {
     "train": 50,
     "build-preemptible": 75,

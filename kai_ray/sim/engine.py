@@ -42,7 +42,7 @@ from kai_ray.values.clock import SIM_EPOCH_S, VirtualClock, rfc3339
 from kai_ray.values.config import SchedulerConfig, duration_seconds
 from kai_ray.values.names import GPU_DEVICES_ANNOTATION, POD_GROUP_ANNOTATION
 from kai_ray.values.resources import GPU
-from kai_ray.workloads.pods import gpu_share, pod_key, pod_node, pod_requests
+from kai_ray.workloads.pod_fields import gpu_share, pod_key, pod_node, pod_requests
 
 # Same-time order: arrivals, departures, cluster events, then a cycle.
 SUBMIT, COMPLETE, CLUSTER, CYCLE = 0, 1, 2, 3

@@ -25,7 +25,7 @@ from kai_ray.values.resources import Resources
 from kai_ray.values.validation import object_ref, parse_model
 from kai_ray.workloads.expected_pods import pods_for_workload
 from kai_ray.workloads.grouping import WorkloadGroup, derive_groups
-from kai_ray.workloads.pods import gpu_share, pod_requests
+from kai_ray.workloads.pod_fields import gpu_share, pod_requests
 
 #: (apiVersion, kind) of every workload kind the simulator can play the controller of.
 WORKLOAD_KINDS = {

@@ -19,7 +19,7 @@ from kai_ray.state.pod_states import PodState
 from kai_ray.values.errors import Problem
 from kai_ray.values.names import GPU_DEVICES_ANNOTATION, GPU_MEMORY_ANNOTATION
 from kai_ray.values.resources import EPSILON, GPU
-from kai_ray.workloads.pods import annotation_field
+from kai_ray.workloads.pod_fields import annotation_field
 
 #: Marks the columns past a node's last device in a matrix of device free fractions.
 NO_DEVICE = -1.0

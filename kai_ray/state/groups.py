@@ -27,7 +27,7 @@ from kai_ray.values.errors import ObjectRef, Problem
 from kai_ray.values.names import POD_GROUP_ANNOTATION
 from kai_ray.values.resources import Resources
 from kai_ray.values.validation import NO_NAME
-from kai_ray.workloads.pods import annotation_field
+from kai_ray.workloads.pod_fields import annotation_field
 
 POD_GROUP = "PodGroup"
 

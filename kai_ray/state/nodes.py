@@ -16,7 +16,7 @@ from typing import Any
 from kai_ray.state.problems import field_problem, object_ref
 from kai_ray.values.errors import InvalidFieldError, Problem
 from kai_ray.values.resources import Resources
-from kai_ray.workloads.pods import GPU_MEMORY_LABEL
+from kai_ray.workloads.pod_fields import GPU_MEMORY_LABEL
 
 NODE = "Node"
 

@@ -16,7 +16,7 @@ from kai_ray.state.problems import field_problem, object_ref
 from kai_ray.values.errors import InvalidFieldError, ObjectRef, Problem
 from kai_ray.values.names import ADMISSION_GATE
 from kai_ray.values.resources import GPU, Resources, add_into
-from kai_ray.workloads.pods import (
+from kai_ray.workloads.pod_fields import (
     GpuShare,
     NodeSelectorTerm,
     Toleration,

@@ -91,19 +91,6 @@ class TopologyLayout:
     levels: tuple[LevelLayout, ...]
 
 
-def build_topology_tree(
-    topology: Topology,
-    labels: Sequence[Mapping[str, str]],
-    free: npt.NDArray[np.float64],
-    available: npt.NDArray[np.bool_],
-) -> TopologyTree:
-    """The tree of `topology` over the snapshot's nodes.
-
-    `available` marks the nodes whose free resources count towards a domain's free.
-    """
-    return fill_topology_tree(topology_layout(topology, labels), free, available)
-
-
 def topology_layout(topology: Topology, labels: Sequence[Mapping[str, str]]) -> TopologyLayout:
     parent_paths: list[str | None] = [""] * len(labels)
     levels: list[LevelLayout] = []

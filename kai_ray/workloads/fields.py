@@ -14,7 +14,7 @@ from typing import Any
 
 from kai_ray.values.errors import InvalidFieldError, InvalidObjectError, ObjectRef, Problem
 from kai_ray.values.resources import parse_amount
-from kai_ray.workloads.pods import container_requests
+from kai_ray.workloads.pod_fields import container_requests
 
 EMPTY: Mapping[str, Any] = {}
 RESTART_POLICIES = ("Always", "OnFailure", "Never")

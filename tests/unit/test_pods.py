@@ -8,7 +8,7 @@ import pytest
 
 from kai_ray.values.errors import InvalidFieldError
 from kai_ray.values.resources import GPU, Resources
-from kai_ray.workloads.pods import (
+from kai_ray.workloads.pod_fields import (
     GpuShare,
     check_gpu_request,
     format_device_list,

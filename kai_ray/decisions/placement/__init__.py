@@ -16,8 +16,8 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from kai_ray.decisions.placement.allocation import GangOutcome, place_extras, place_gang
 from kai_ray.decisions.placement.backend import LocalBackend, PlacementBackend, RoomQuery
+from kai_ray.decisions.placement.gang_tree import GangOutcome, place_extras, place_gang
 from kai_ray.decisions.placement.reasons import Code
 
 __all__ = [

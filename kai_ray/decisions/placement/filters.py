@@ -21,7 +21,12 @@ import numpy.typing as npt
 from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.state.nodes import Taint
 from kai_ray.state.pod_states import PodState
-from kai_ray.workloads.pods import NODE_NAME_FIELD, NodeRequirement, NodeSelectorTerm, Toleration
+from kai_ray.workloads.pod_fields import (
+    NODE_NAME_FIELD,
+    NodeRequirement,
+    NodeSelectorTerm,
+    Toleration,
+)
 
 Flags = npt.NDArray[np.bool_]
 Indices = npt.NDArray[np.intp]

@@ -21,7 +21,7 @@ import numpy.typing as npt
 from kai_ray.decisions.placement.shapes import PodShape
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.values.resources import EPSILON, GPU
-from kai_ray.workloads.pods import GPU_MEMORY_LABEL
+from kai_ray.workloads.pod_fields import GPU_MEMORY_LABEL
 
 Matrix = npt.NDArray[np.float64]
 Counts = npt.NDArray[np.int64]

@@ -19,7 +19,7 @@ from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.snapshot import POD_COUNT
 from kai_ray.values.resources import GPU, Resources
-from kai_ray.workloads.pods import MIB, GpuShare
+from kai_ray.workloads.pod_fields import MIB, GpuShare
 
 Vector = npt.NDArray[np.float64]
 Indices = npt.NDArray[np.intp]

@@ -1,4 +1,4 @@
-"""The two calls the allocate action makes: `place_gang` and `place_extras`.
+"""The two calls every action makes: `place_gang` and `place_extras`, over a tree of pod sets.
 
 `place_gang` builds the tree of what the group's minimum still misses (per
 subgroup: `minMember` minus members already bound or placed; at the top,
@@ -69,7 +69,7 @@ def place_extras(
             break
         if pod.key in tx.placed:
             continue
-        tree = build_tree(tx, group, _one_step(tx, group, pod))
+        tree = build_tree(tx, group, _one_step(pod))
         mark = tx.checkpoint()
         if place_set(ctx, tree, ctx.everywhere()) is None:
             placed += tx.checkpoint() - mark
@@ -84,7 +84,7 @@ def _minimum(name: str | None, pending: list[PodState], missing: int) -> list[Po
     return pending[:missing]
 
 
-def _one_step(tx: Transaction, group: PodGroupState, pod: PodState) -> Pick:
+def _one_step(pod: PodState) -> Pick:
     """The pod's subgroup minimum when that subgroup is short, else the pod alone."""
 
     def pick(name: str | None, pending: list[PodState], missing: int) -> list[PodState]:
