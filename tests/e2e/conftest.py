@@ -5,6 +5,14 @@ binaries are cached), then ``e2e/cluster.sh up``; at the end of the session it
 runs ``e2e/cluster.sh down`` and checks that none of the processes it started
 is left. Set ``KAI_RAY_E2E_KEEP=1`` to leave the cluster running after the
 session (a later session then reuses it, since ``up`` is idempotent).
+
+The operator: ``kai_ray_crds`` applies crds/ once per session; ``operators``
+holds the session's kai-ray replicas (tests/e2e/operator_process.py), and
+``operator`` hands a test the primary one, started and ready, restarted first if
+an earlier test stopped it. A test that fails gets the operator's log of its
+own run attached to its report; an operator that exited during a test without
+the test stopping it is an error of that test. ``sandbox`` gives a test its own
+namespace, node pool and cluster-scoped names (tests/e2e/sandbox.py).
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import re
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +32,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from .nodes import GpuNodeSpec, create_gpu_nodes, delete_gpu_nodes
+from .operator_process import OperatorProcess, Operators
+from .sandbox import Sandbox
 
 REPO = Path(__file__).resolve().parents[2]
 E2E = REPO / "e2e"
@@ -194,3 +204,78 @@ def gpu_nodes(core: client.CoreV1Api) -> Iterator[Callable[..., list[str]]]:
 
     yield make
     delete_gpu_nodes(core, made)
+
+
+@pytest.fixture(scope="session")
+def kai_ray_crds(control_plane: ControlPlane) -> ControlPlane:
+    """kai-ray's CRDs from crds/, applied and established."""
+    applied = control_plane.kubectl(
+        "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds")
+    )
+    assert applied.returncode == 0, applied.stderr
+    names = [line.split()[0] for line in applied.stdout.splitlines() if line.strip()]
+    waited = control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    assert waited.returncode == 0, waited.stderr
+    return control_plane
+
+
+@pytest.fixture(scope="session")
+def operators(kai_ray_crds: ControlPlane, admin_api: client.ApiClient) -> Iterator[Operators]:
+    run = Path(kai_ray_crds.env.get("KAI_RAY_E2E_RUN", "/tmp/kai-ray-e2e"))
+    fleet = Operators(kai_ray_crds.kubeconfig, run, admin_api)
+    yield fleet
+    fleet.stop_all()
+
+
+@pytest.fixture
+def operator(operators: Operators, request: pytest.FixtureRequest) -> Iterator[OperatorProcess]:
+    """The session's primary kai-ray operator, running and ready."""
+    primary = operators.ensure_primary()
+    offsets = {replica.identity: replica.log_size() for replica in operators.replicas}
+    request.node.stash[OPERATOR_LOGS] = (operators, offsets)
+    yield primary
+    crashed = [
+        r for r in operators.replicas if r.process and not r.running() and not r.stopped_on_purpose
+    ]
+    for replica in crashed:
+        replica.stopped_on_purpose = True  # reported once; the next test starts it again
+    if crashed:
+        pytest.fail(
+            "".join(
+                f"kai-ray operator {r.identity} exited with {r.returncode()} during the test:\n"
+                f"{r.log_tail()}\n"
+                for r in crashed
+            ),
+            pytrace=False,
+        )
+
+
+#: The operators a test ran with, and where each one's log stood when it began.
+OPERATOR_LOGS = pytest.StashKey[tuple[Operators, dict[str, int]]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report carries what each operator logged while it ran
+    (without the webhook server's access lines)."""
+    report = yield
+    if report.failed and call.when == "call" and OPERATOR_LOGS in item.stash:
+        fleet, offsets = item.stash[OPERATOR_LOGS]
+        for replica in fleet.replicas:
+            text = replica.log_text(since=offsets.get(replica.identity, 0))
+            lines = [line for line in text.splitlines() if "aiohttp.access" not in line]
+            section = "\n".join(lines[-150:]) or "(empty)"
+            report.sections.append((f"kai-ray operator {replica.identity} log", section))
+    return report
+
+
+@pytest.fixture
+def sandbox(
+    control_plane: ControlPlane, admin_api: client.ApiClient, namespace: str
+) -> Iterator[Sandbox]:
+    """This test's namespace, node pool and cluster-scoped names."""
+    box = Sandbox(namespace, namespace.rsplit("-", 1)[-1], control_plane, admin_api)
+    yield box
+    box.cleanup()

@@ -1,19 +1,18 @@
 """kai-ray's CRDs on a real API server: CEL rules, printer columns, and the operator's
-`Valid` condition written by the kopf controller."""
+`Valid` condition (the operator run as a process: tests/e2e/operator_process.py)."""
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
-from kopf.testing import KopfRunner
 from kubernetes import client
 
 from .conftest import REPO, ControlPlane
+from .operator_process import OperatorProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -135,23 +134,6 @@ def test_kubectl_get_shows_the_printer_columns(crds: ControlPlane, namespace: st
     assert name in groups and " 4 " in groups.splitlines()[1] + " "
 
 
-@pytest.fixture
-def operator(crds: ControlPlane) -> Iterator[KopfRunner]:
-    previous = os.environ.get("KUBECONFIG")
-    os.environ["KUBECONFIG"] = str(crds.kubeconfig)
-    args = ["run", "--standalone", "--all-namespaces", "-m", "kai_ray.controller"]
-    try:
-        with KopfRunner(args, timeout=60) as runner:
-            yield runner
-    finally:
-        if previous is None:
-            os.environ.pop("KUBECONFIG", None)
-        else:
-            os.environ["KUBECONFIG"] = previous
-    assert runner.exception is None, runner.output
-    assert runner.exit_code == 0, runner.output
-
-
 def _valid_condition(
     custom: client.CustomObjectsApi, namespace: str, name: str
 ) -> dict[str, Any] | None:
@@ -173,19 +155,24 @@ def _wait_condition(custom: client.CustomObjectsApi, namespace: str, name: str) 
 
 
 def test_operator_reports_what_the_crd_cannot_see_on_the_object(
-    crds: ControlPlane, namespace: str, admin_api: client.ApiClient, operator: KopfRunner
+    crds: ControlPlane, namespace: str, admin_api: client.ApiClient, operator: OperatorProcess
 ) -> None:
     custom = client.CustomObjectsApi(admin_api)
-    good = _obj("PodGroup", "good", {"queue": "q", "subGroups": [{"name": "a"}]}, namespace)
+    queue = f"q-{os.urandom(3).hex()}"
+    assert _apply(crds, _obj("Queue", queue, {})).returncode == 0
+    good = _obj("PodGroup", "good", {"queue": queue, "subGroups": [{"name": "a"}]}, namespace)
     bad = _obj(
         "PodGroup",
         "orphan-parent",
-        {"queue": "q", "subGroups": [{"name": "a", "parent": "missing"}]},
+        {"queue": queue, "subGroups": [{"name": "a", "parent": "missing"}]},
         namespace,
     )
-    assert _apply(crds, good).returncode == 0
-    assert _apply(crds, bad).returncode == 0
-    assert _wait_condition(custom, namespace, "good")["status"] == "True"
-    condition = _wait_condition(custom, namespace, "orphan-parent")
-    assert condition["status"] == "False"
-    assert "spec.subGroups[0].parent" in condition["message"]
+    try:
+        assert _apply(crds, good).returncode == 0
+        assert _apply(crds, bad).returncode == 0
+        assert _wait_condition(custom, namespace, "good")["status"] == "True"
+        condition = _wait_condition(custom, namespace, "orphan-parent")
+        assert condition["status"] == "False"
+        assert "spec.subGroups[0].parent" in condition["message"]
+    finally:
+        crds.kubectl("delete", "queue", queue, "--wait=false")
