@@ -27,10 +27,12 @@ def test_operator_folder_holds_no_python() -> None:
     assert python_files_under(ROOT / "operator") == []
 
 
-def test_operator_folder_has_dockerfile_and_entrypoint_running_kopf_on_the_controller() -> None:
+def test_operator_folder_has_the_image_build_and_an_entrypoint_running_the_operator() -> None:
+    # `kai-ray operator` runs kopf on kai_ray.controller (kai_ray/controller.py:main)
     entrypoint = (ROOT / "operator" / "entrypoint.sh").read_text()
-    assert (ROOT / "operator" / "Dockerfile").is_file()
-    assert "kopf run" in entrypoint and "-m kai_ray.controller" in entrypoint
+    assert "kai-ray operator" in entrypoint
+    for name in ("build-image.sh", "lock.sh", "requirements.lock", "debian.lock"):
+        assert (ROOT / "operator" / name).is_file(), name
 
 
 def test_no_module_of_the_package_is_named_after_a_standard_library_module() -> None:
