@@ -470,9 +470,28 @@ def test_the_operator_schedules_a_gang_as_the_service_account(
         release.fullname, release.namespace
     )
     assert lease.spec.holder_identity
-    assert operator.get(operator.metrics_port, "/metrics")[0] == 200
+    # its metrics say the same as the cluster: 3 GPUs held by the team, 3 binds, leading
+    team = (("queue", release.queues[1]), ("resource", "nvidia.com/gpu"), ("unit", "gpu"))
+    wanted = {
+        ("kai_ray_queue_allocated", team): 3.0,
+        ("kai_ray_leader", ()): 1.0,
+        ("kai_ray_binds_total", ()): 3.0,
+    }
+    wait_for(lambda: _scrape(operator).items() >= wanted.items(), 30, f"metrics {wanted}")
     refused = forbidden_lines(operator.output())
     assert not refused, "requests refused by RBAC:\n" + "\n".join(refused[:20])
+
+
+def _scrape(operator: OperatorProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, text = operator.get(operator.metrics_port, "/metrics")
+    assert status == 200, text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 # ------------------------------------------------------------ upgrade and uninstall
