@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.booking import book, placeable
-from kai_ray.decisions.context import CycleContext
+from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.ordering import Candidate, WaitingJobs, candidate_for, take_next, waits
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.plan import GroupStatus
@@ -45,7 +45,7 @@ class _Allocation:
             if waits(group, tx):
                 minimums.add(candidate_for(group))
             elif group.pending and not group.missing:  # admitted: extras may follow
-                self.ctx.plan.statuses.append(GroupStatus(group.key, True))
+                self.ctx.plan.statuses.state(admitted(group))
                 extras.append(candidate_for(group))
         self.minimums(minimums, extras)
         self.extras(extras)
@@ -54,10 +54,11 @@ class _Allocation:
         while (candidate := take_next(self.ctx.ledger, waiting)) is not None:
             reason = self.admit_minimum(candidate)
             key = candidate.group.key
-            self.ctx.plan.statuses.append(GroupStatus(key, not reason, reason or ""))
             if reason:
+                self.ctx.plan.statuses.state(GroupStatus(key, False, reason))
                 self.ctx.log.debug("%s waits: %s", key, reason)
             else:
+                self.ctx.plan.statuses.state(admitted(candidate.group))
                 extras.append(candidate)
 
     def admit_minimum(self, candidate: Candidate) -> str | None:

@@ -18,10 +18,13 @@ For each gang still waiting for its minimum after the actions before this one
    placements), so later actions see them, and are booked on the queues
    (`booking.book`); any failure, or a per-GPU-type limit a queue would pass
    with the move, undoes it all.
-A moved pod is `Evict(reason "consolidation")` plus a `Bind` of the same pod to
-its new node in the same plan: whoever applies the plan releases the pod, then
-binds it again (evictions are applied before binds). A pod is never evicted
-here unless it is re-placed. Off with `placementStrategy: spread` (packing
+A moved pod is `Evict(reason "consolidation")` plus a `Nominate` of its new
+place, never a bind: on a cluster its controller makes it again under a new
+name, and a pod's `nodeName` cannot change. The moved gang's status carries
+the nominated nodes (`GroupStatus.nominated`, kept on the PodGroup), and the
+next cycle places its pending pods there first while they fit (placement's
+`place_pods`), so a move completes one cycle later. A pod is never evicted here
+unless its new place was found. Off with `placementStrategy: spread` (packing
 fights spreading) and with `consolidationMaxJobs: 0`. Pure: no I/O.
 """
 
@@ -34,10 +37,10 @@ import numpy as np
 
 from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.booking import book, placeable
-from kai_ray.decisions.context import CycleContext
+from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.ordering import group_priority, waiting_gangs
 from kai_ray.decisions.placement import place_extras, place_gang
-from kai_ray.decisions.plan import Evict, GroupStatus
+from kai_ray.decisions.plan import Evict, GroupStatus, Nominate
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import total_requests
@@ -175,9 +178,16 @@ def _stayed(tx: Transaction, gang: PodGroupState) -> bool:
 
 
 def _adopt(ctx: CycleContext, target: PodGroupState, moved: list[PodGroupState]) -> None:
-    """Evict the moved pods (their new binds are in the transaction), the target admitted."""
+    """Into the plan: the target admitted (its binds are the transaction's), and each
+    moved pod evicted, with where its replacement should go nominated."""
     for gang in moved:
-        moves = (Evict(pod.key, gang.key, CONSOLIDATION) for pod in gang.bound)
-        ctx.plan.evictions.extend(moves)
-    ctx.plan.statuses.append(GroupStatus(target.key, True))
+        nodes = []
+        for pod in gang.bound:
+            bind = ctx.transaction.placed[pod.key].bind
+            ctx.plan.evictions.append(Evict(pod.key, gang.key, CONSOLIDATION))
+            nomination = Nominate(gang.key, bind.node, bind.gpu_devices, bind.gpu_fraction, pod.key)
+            ctx.plan.nominations.append(nomination)
+            nodes.append(bind.node)
+        ctx.plan.statuses.state(GroupStatus(gang.key, True, nominated=tuple(nodes)))
+    ctx.plan.statuses.state(admitted(target))
     ctx.log.info("%s fits after moving %s", target.key, ", ".join(g.key for g in moved))

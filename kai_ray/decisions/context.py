@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kai_ray.decisions.ledger import QueueLedger
-from kai_ray.decisions.plan import Plan
+from kai_ray.decisions.plan import GroupStatus, Plan
 from kai_ray.decisions.transaction import Transaction
+from kai_ray.state.groups import PodGroupState
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.config import SchedulerConfigSpec
 from kai_ray.values.resources import Resources
@@ -46,6 +47,13 @@ class CycleContext:
     now: float
     #: What the queues share: schedulable nodes less other schedulers' pods.
     capacity: Resources
+
+
+def admitted(group: PodGroupState) -> GroupStatus:
+    """A group's status once its minimum is placed: admitted, and the nodes it was
+    nominated (if any) used, so cleared."""
+    nominated = group.status is not None and bool(group.status.nominatedNodes)
+    return GroupStatus(group.key, True, nominated=() if nominated else None)
 
 
 class Action(Protocol):

@@ -102,8 +102,11 @@ def run_cycle(
     # 3. The actions, in the configured order, least disruptive first.
     for action in actions:
         action.run(ctx)
-    # 4. The plan holds what the transaction committed; until the next cycle the
-    #    queues hold what this one left them, which is the rate usage grows at.
-    plan.binds.extend(ctx.transaction.binds())
+    # 4. The plan binds what the transaction committed, less the pods it evicts (a
+    #    moved pod is made again under another name: its new place is nominated).
+    #    Until the next cycle the queues hold what this one left them, which is the
+    #    rate usage grows at.
+    evicted = {evict.pod for evict in plan.evictions}
+    plan.binds.extend(b for b in ctx.transaction.binds() if b.pod not in evicted)
     log.debug("%d binds, %d statuses", len(plan.binds), len(plan.statuses))
     return CycleResult(plan, shares, dataclasses.replace(usage, allocated=dict(ledger.allocated)))

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from kai_ray.decisions.admission import is_preemptible
-from kai_ray.decisions.context import CycleContext
+from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.ordering import (
     Candidate,
     WaitingJobs,
@@ -33,7 +33,7 @@ from kai_ray.decisions.ordering import (
 )
 from kai_ray.decisions.placement import place_gang
 from kai_ray.decisions.placement.filters import static_mask
-from kai_ray.decisions.plan import Evict, GroupStatus
+from kai_ray.decisions.plan import Evict
 from kai_ray.decisions.runtime import Protection, started_at
 from kai_ray.decisions.transaction import MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import (
@@ -181,8 +181,7 @@ def record(
     group = candidate.group
     for unit in victims:
         ctx.plan.evictions.extend(Evict(p.key, unit.group.key, reason) for p in unit.pods)
-    ctx.plan.statuses[:] = [s for s in ctx.plan.statuses if s.group != group.key]
-    ctx.plan.statuses.append(GroupStatus(group.key, True))
+    ctx.plan.statuses.state(admitted(group))
     names = ", ".join(u.label() for u in victims)
     ctx.log.info("%s: %s makes room by evicting %s", reason, group.key, names)
 

@@ -56,7 +56,7 @@ class StaleGangEvictionAction:
                 _judge_stale(ctx, group, holding)
             elif stale_since(group) is not None:
                 back = GroupStatus(group.key, True, staleness=Staleness(None))
-                ctx.plan.statuses.append(back)
+                ctx.plan.statuses.state(back)
 
 
 def _judge_stale(ctx: CycleContext, group: PodGroupState, holding: Sequence[PodState]) -> None:
@@ -65,7 +65,7 @@ def _judge_stale(ctx: CycleContext, group: PodGroupState, holding: Sequence[PodS
     since = ctx.now if since is None else since
     deadline = since + grace_seconds(group.spec, ctx.config)
     if ctx.now < deadline:
-        ctx.plan.statuses.append(GroupStatus(group.key, True, staleness=Staleness(since)))
+        ctx.plan.statuses.state(GroupStatus(group.key, True, staleness=Staleness(since)))
         ctx.plan.wake_no_later_than(deadline)
         return
     bound = {pod.key for pod in group.bound}
@@ -75,7 +75,7 @@ def _judge_stale(ctx: CycleContext, group: PodGroupState, holding: Sequence[PodS
         f"stale gang: {len(holding)} pods held for longer than the grace period "
         f"while {group.spec.minMember} are needed; evicted"
     )
-    ctx.plan.statuses.append(GroupStatus(group.key, False, reason, Staleness(None)))
+    ctx.plan.statuses.state(GroupStatus(group.key, False, reason, Staleness(None)))
     ctx.log.info("%s evicted: stale since %.0fs", group.key, since)
 
 

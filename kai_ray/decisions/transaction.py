@@ -15,8 +15,8 @@ holds, else rolled back; committed work is never rolled back. Rollback restores
 the saved rows exactly (no float drift). `evict(pod, group)` is the opposite
 what-if: a bound pod's resources and devices are given back to its node, as
 an entry of the same undo log (a removal), so rollback takes it back too;
-`binds()` lists only committed placements and `evictions()` only committed
-removals. `memo` holds per-cycle caches under typed keys (`MemoKey`); they
+`binds()` lists only committed placements (the plan's evictions are the
+actions' `Evict` intents). `memo` holds per-cycle caches under typed keys (`MemoKey`); they
 depend only on the snapshot, never on what the transaction changed.
 Pure: no I/O.
 """
@@ -161,10 +161,6 @@ class Transaction:
 
     def binds(self) -> list[Bind]:
         return [p.bind for p in self.placements[: self._committed] if not p.removal]
-
-    def evictions(self) -> list[Bind]:
-        """The committed removals, each as the bind it undoes."""
-        return [p.bind for p in self.placements[: self._committed] if p.removal]
 
     def domain_free(self, topology: str, level: int) -> Matrix:
         """Free resources per domain of one level (domains in the tree's order); read-only view."""

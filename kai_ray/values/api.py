@@ -334,6 +334,14 @@ class PodGroupStatus(ApiModel):
     running: int | None = Field(default=None, ge=0, description="Pods in phase Running.")
     reason: str | None = Field(default=None, description="Why the group waits, for a person.")
     conditions: list[Condition] = Field(default_factory=list)
+    nominatedNodes: list[str] | None = Field(
+        default=None,
+        description=(
+            "Where the group's pods, moved by consolidation and made again by their "
+            "controller, should go: one node per pod. The next cycle places the group's "
+            "pending pods there first while they fit; cleared once the group is placed."
+        ),
+    )
 
 
 class PodGroup(ApiModel):

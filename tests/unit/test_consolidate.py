@@ -10,6 +10,7 @@ import pytest
 
 from kai_ray.decisions.consolidate import CONSOLIDATION
 from kai_ray.decisions.cycle import CycleResult, run_cycle
+from kai_ray.decisions.plan import GroupStatus
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
 from kai_ray.values.config import SchedulerConfig
 from tests.builders import make_node, make_pod, make_pod_group, make_queue
@@ -44,7 +45,7 @@ class Gang:
 class Case:
     nodes: int
     gangs: Sequence[Gang]
-    #: pod -> its new node, for every pod expected to move.
+    #: pod -> the node nominated for it, for every pod expected to move.
     moves: dict[str, str] = field(default_factory=dict)
     #: group -> node count it should be bound to (the waiting gang that fits).
     admitted: Sequence[str] = ()
@@ -186,19 +187,67 @@ def test_consolidation(case: Case) -> None:
     evicted = {e.pod.split("/")[1]: e.reason for e in result.plan.evictions}
     assert set(evicted) == set(case.moves)
     assert set(evicted.values()) <= {CONSOLIDATION}
-    bound = {b.pod.split("/")[1]: b.node for b in result.plan.binds}
-    for pod, node in case.moves.items():
-        assert bound[pod] == node, f"{pod} should be bound again on {node}"
-    admitted = {b.group.split("/")[1] for b in result.plan.binds} - {
-        p.split("-")[0] for p in case.moves
-    }
-    assert admitted == set(case.admitted)
+    nominated = {n.pod.split("/")[1]: n.node for n in result.plan.nominations}
+    assert nominated == case.moves
+    bound = {b.pod for b in result.plan.binds}
+    assert not bound & {e.pod for e in result.plan.evictions}, "an evicted pod is never bound"
+    assert {b.group.split("/")[1] for b in result.plan.binds} == set(case.admitted)
 
 
 def test_the_moved_pods_and_the_waiting_gang_share_no_device() -> None:
     result = run(Case(2, [*half_full("a", "b"), Gang("big", 8, [None])]))
-    places = [(b.node, d) for b in result.plan.binds for d in b.gpu_devices]
+    intents = [*result.plan.binds, *result.plan.nominations]
+    places = [(i.node, d) for i in intents for d in i.gpu_devices]
     assert len(places) == len(set(places)) == 12
+
+
+def test_a_moved_gang_is_nominated_and_the_gang_it_made_room_for_admitted_once() -> None:
+    """One status per group, the last stated: the waiting gang allocate could not place
+    is admitted (before, `status_of` read allocate's stale refusal first)."""
+    result = run(Case(2, [*half_full("a", "b"), Gang("big", 8, [None])]))
+    assert result.plan.status_of("default/big") == GroupStatus("default/big", True)
+    assert [s.group for s in result.plan.statuses].count("default/big") == 1
+    moved = result.plan.status_of("default/a")
+    assert moved is not None and moved.nominated == ("n1",)
+
+
+def _moved_gang(nominated: list[str]) -> CycleResult:
+    """Gang `a` of two 4-GPU pods made again after a move, nominated onto `nominated`;
+    n0 is the fuller node, where bin-packing alone would put both."""
+    group = make_pod_group("a").queue("team").min_member(2).build()
+    group["status"] = {"nominatedNodes": nominated}
+    objects = ClusterObjects(
+        nodes=[make_node(f"n{i}").gpus(8).build() for i in range(3)],
+        queues=[make_queue("team").build()],
+        pod_groups=[group],
+        pods=[
+            make_pod("busy").gpus(4).on("n0").phase("Running").build(),
+            *(make_pod(f"a-{i}").group("a").gpus(4).build() for i in range(2)),
+        ],
+    )
+    config = SchedulerConfig.model_validate({"spec": {"actions": ["allocate"]}})
+    return run_cycle(build_snapshot(objects), config, 2, 100.0)
+
+
+@pytest.mark.parametrize(
+    ("nominated", "nodes"),
+    [
+        pytest.param(["n2", "n2"], ["n2", "n2"], id="both recreated pods go where nominated"),
+        pytest.param(
+            ["n1", "n2"], ["n1", "n2"], id="each recreated pod takes one nomination, one node each"
+        ),
+        pytest.param(
+            ["n0", "n0"], ["n0", "n1"], id="a nominated node that no longer fits both takes one"
+        ),
+        pytest.param(["gone", "n2"], ["n0", "n2"], id="a nominated node not known is passed over"),
+    ],
+)
+def test_the_next_cycle_places_a_moved_gang_on_its_nominated_nodes_first(
+    nominated: list[str], nodes: list[str]
+) -> None:
+    result = _moved_gang(nominated)
+    assert sorted(b.node for b in result.plan.binds) == nodes
+    assert result.plan.status_of("default/a") == GroupStatus("default/a", True, nominated=())
 
 
 def test_two_waiting_gangs_each_get_a_node_and_no_pod_moves_twice() -> None:
@@ -207,3 +256,4 @@ def test_two_waiting_gangs_each_get_a_node_and_no_pod_moves_twice() -> None:
     moved = [e.pod for e in result.plan.evictions]
     assert len(moved) == len(set(moved)) == 2
     assert {b.group for b in result.plan.binds} >= {"default/big", "default/big2"}
+

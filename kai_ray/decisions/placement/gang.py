@@ -13,6 +13,7 @@ on the cluster as it was before the attempt. Pure: no I/O.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,7 +26,7 @@ from kai_ray.decisions.placement.domains import Kind, Scope
 from kai_ray.decisions.placement.filters import static_nodes
 from kai_ray.decisions.placement.fit import choose_devices, choose_node
 from kai_ray.decisions.placement.reasons import Code, Failure, explain_pod
-from kai_ray.decisions.placement.shapes import NodeSet, shape_of
+from kai_ray.decisions.placement.shapes import NodeSet, PodShape, shape_of
 from kai_ray.decisions.plan import Bind
 from kai_ray.decisions.transaction import Placement, Transaction
 from kai_ray.state.groups import PodGroupState
@@ -136,16 +137,34 @@ def _place_children(ctx: Context, pod_set: PodSet, node_set: NodeSet) -> Failure
 
 
 def place_pods(ctx: Context, pods: list[PodState], node_set: NodeSet) -> Failure | None:
-    """Each pod, largest first, on the best node of `node_set`; stops at one that fits none."""
+    """Each pod, largest first, on the best node of `node_set`: a nominated node of its
+    group first when one still fits (`PodGroupStatus.nominatedNodes`, where consolidation
+    moved the group's pods); stops at a pod that fits none."""
     allowed_by_signature: dict[object, Indices] = {}
     for pod in sorted(pods, key=_size, reverse=True):
         shape = shape_of(ctx.tx, pod)
         nodes = _allowed(ctx, pod, node_set, allowed_by_signature)
-        node = choose_node(ctx.tx, shape, nodes, ctx.spread)
+        node = _nominated_node(ctx, shape, nodes)
+        if node is None:
+            node = choose_node(ctx.tx, shape, nodes, ctx.spread)
         if node is None:
             return Failure(pod=pod, node_set=node_set, count=_same_kind(pods, pod))
         place_on(ctx, pod, node)
     return None
+
+
+def _nominated_node(ctx: Context, shape: PodShape, nodes: Indices) -> int | None:
+    """The best of the group's nominated nodes among `nodes` that still has a
+    nomination left (not yet taken by a member placed in this transaction) and
+    room for the pod; None when there is none."""
+    nominated = ctx.group.status.nominatedNodes if ctx.group.status is not None else None
+    if not nominated:
+        return None
+    index = ctx.tx.snapshot.node_index
+    left = Counter(index[name] for name in nominated if name in index)
+    left.subtract(p.node for p in ctx.tx.placed.values() if p.bind.group == ctx.group.key)
+    candidates = np.array([n for n in nodes if left[int(n)] > 0], dtype=np.intp)
+    return choose_node(ctx.tx, shape, candidates, ctx.spread) if candidates.size else None
 
 
 def place_on(ctx: Context, pod: PodState, node: int) -> None:
