@@ -435,7 +435,7 @@ def test_when_full_a_team_below_its_share_reclaims_a_whole_gang(
 
     with sandbox.pod_history() as history:
         sandbox.create(ray_cluster("b1", teams.team_b, gang, selector))
-        sandbox.wait_pods(cluster_label("b1"), 3, bound=True, timeout=60)
+        sandbox.wait_pods(cluster_label("b1"), 3, bound=True, timeout=30)
 
     evicted = {n for n, pods in before.items() if any(_gone(sandbox, p) for p in pods)}
     assert len(evicted) == 1, f"exactly one of team-a's gangs is the victim, not {evicted}"
