@@ -4,7 +4,9 @@ Every action books its placements through `book`, and hands placement the same
 view of a group, `placeable`, so that no action can forget a quota rule:
 - `placeable(ctx, group)`: the group with its pending pods kept off GPU types
   whose per-type limit cannot take even one of them (`admission.avoiding`);
-  every action passes this view to `place_gang` and `place_extras`;
+  every action passes this view of the job it admits to `place_gang` and
+  `place_extras` (gangs consolidation re-places are judged by `book` alone:
+  until the step is booked, the ledger still counts what they held);
 - `book(ctx, step)`: the placements and removals of one step
   (`Transaction.attempt`), each added to (or taken from) its group's queue,
   GPUs on nodes of a labelled type to the queue's per-type tallies as well;
