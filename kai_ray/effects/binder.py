@@ -38,7 +38,7 @@ from kai_ray.decisions.plan import Bind, Evict, GroupStatus, Plan
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.errors import ObjectRef
 from kai_ray.values.names import ADMISSION_GATE, GPU_DEVICES_ANNOTATION
-from kai_ray.workloads.pods import format_device_list
+from kai_ray.workloads.pod_fields import format_device_list
 
 
 class Outcome(enum.Enum):
@@ -135,7 +135,7 @@ class Binder:
                     report.failed.append((bind, result))
         # 4. What the plan says of each group, kept on its PodGroup.
         for status in plan.statuses:
-            if status.staleness is not None:
+            if status.staleness is not None or status.nominated is not None:
                 self.writer.write_group_status(status, now)
         return report
 

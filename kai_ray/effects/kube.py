@@ -358,12 +358,16 @@ class KubeWriter:
         return (live.get("spec") or {}).get("nodeName")
 
     def write_group_status(self, status: GroupStatus, now: float) -> WriteResult:
-        if status.staleness is None:
+        body: dict[str, Any] = {}
+        if status.staleness is not None:
+            group = self.current("PodGroup", status.group) or {}
+            conditions = (group.get("status") or {}).get("conditions")
+            body["conditions"] = merge_condition(conditions, stale_condition(status.staleness, now))
+        if status.nominated is not None:  # an empty list clears them (null in a merge patch)
+            body["nominatedNodes"] = list(status.nominated) or None
+        if not body:
             return DONE
-        group = self.current("PodGroup", status.group) or {}
-        conditions = (group.get("status") or {}).get("conditions")
-        merged = merge_condition(conditions, stale_condition(status.staleness, now))
-        return self.patch_status("PodGroup", status.group, {"conditions": merged})
+        return self.patch_status("PodGroup", status.group, body)
 
     def patch_status(self, kind: str, key: str, status: Mapping[str, Any]) -> WriteResult:
         try:

@@ -28,8 +28,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kai_ray.decisions.cycle import CycleResult, leaf_requests
-from kai_ray.decisions.ordering import limit_of, quota_of
+from kai_ray.decisions.cycle import CycleResult
+from kai_ray.decisions.fairness import leaf_requests, limit_of, quota_of
 from kai_ray.decisions.plan import GroupStatus
 from kai_ray.effects.binder import ApplyReport
 from kai_ray.state.queues import QueueTree

@@ -27,8 +27,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kai_ray.decisions.cycle import CycleResult, leaf_requests
-from kai_ray.decisions.fairness import subtree_requests
+from kai_ray.decisions.cycle import CycleResult
+from kai_ray.decisions.fairness import leaf_requests, subtree_requests
 from kai_ray.decisions.plan import GroupStatus
 from kai_ray.decisions.stale import stale_condition
 from kai_ray.effects.reporting import merge_condition, problems_condition
@@ -130,13 +130,13 @@ def waiting_reason(
     return kept
 
 
-def nominated_nodes(planned: GroupStatus | None) -> dict[str, str] | None:
-    """The hook for `status.nominatedNodes`: where the plan nominates the group's
-    recreated pods to go (pod name -> node). `GroupStatus` carries no nominations
-    yet and `PodGroupStatus` has no such field, so this answers None and nothing is
-    written; once both exist, read the nominations from `planned` here and
-    `pod_group_status` writes them."""
-    return None
+def nominated_nodes(planned: GroupStatus | None) -> list[str] | None:
+    """`status.nominatedNodes`: where the group's recreated pods should go, one node
+    per pod, as the plan nominates them (an empty list clears them); None when the
+    plan says nothing of them, and the status keeps what it has."""
+    if planned is None or planned.nominated is None:
+        return None
+    return list(planned.nominated)
 
 
 def _group_conditions(

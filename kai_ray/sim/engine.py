@@ -367,6 +367,19 @@ class Simulation:
         status["conditions"] = merge_condition(status.get("conditions"), condition)
         self.cache.upsert(job.group, POD_GROUP)
 
+    def persist_nominations(self, group: str, nodes: tuple[str, ...]) -> None:
+        """Keep where the group's recreated pods should go on the PodGroup (cleared
+        when empty), as the operator's binder does."""
+        job = self._live.get(group)
+        if job is None:
+            return
+        status = job.group.setdefault("status", {})
+        if nodes:
+            status["nominatedNodes"] = list(nodes)
+        else:
+            status.pop("nominatedNodes", None)
+        self.cache.upsert(job.group, POD_GROUP)
+
     def evict(self, evict: Evict) -> None:
         self._recreate(evict.pod, self.clock.now(), evict.reason)
 

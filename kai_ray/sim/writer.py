@@ -46,6 +46,8 @@ class SimWriter:
         if status.staleness is not None:
             condition = stale_condition(status.staleness, now)
             self._sim.persist_group_status(status.group, condition)
+        if status.nominated is not None:
+            self._sim.persist_nominations(status.group, status.nominated)
         return DONE
 
     def resume_workload(self, kind: str, key: str) -> WriteResult:

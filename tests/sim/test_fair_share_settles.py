@@ -2,7 +2,7 @@
 
 The tree, the demand and the fair shares are the worked example of
 docs/fairness.md, where every number is computed by hand. Every workload arrives
-at once (reclaim is not built yet, so latecomers could not take GPUs back) and
+at once (reclaim is switched off here, so latecomers could not take GPUs back) and
 runs forever; the cluster has 64 GPUs and the leaves ask for 116.
 """
 
