@@ -256,4 +256,3 @@ def test_two_waiting_gangs_each_get_a_node_and_no_pod_moves_twice() -> None:
     moved = [e.pod for e in result.plan.evictions]
     assert len(moved) == len(set(moved)) == 2
     assert {b.group for b in result.plan.binds} >= {"default/big", "default/big2"}
-
