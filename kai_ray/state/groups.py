@@ -140,9 +140,7 @@ def build_pod_groups(
             members[key].append(pod)
         elif key not in groups.known and not pod.terminal:
             groups.problems.append(_orphan_problem(pod))
-    states = {
-        key: _state(group, members[key], kept, unseen) for key, group in groups.valid.items()
-    }
+    states = {key: _state(group, members[key], kept, unseen) for key, group in groups.valid.items()}
     if kept is not None:
         kept.clear()
         kept.update(states)
