@@ -7,7 +7,9 @@
 #   lifecycles from kwok's stock stages) -> KubeRay operator (CRDs from the
 #   Go module cache); kube-scheduler only when KAI_RAY_E2E_KUBE_SCHEDULER=1.
 #
-# Usage: e2e/cluster.sh up|down|env|status
+# Usage: e2e/cluster.sh up|down|env|status|restart-apiserver
+#   restart-apiserver: stop kube-apiserver and start it again with the same flags
+#   (a fault the soak injects; the other components reconnect by themselves)
 #
 # Environment (all optional):
 #   KAI_RAY_E2E_CACHE      binary cache (default ~/.cache/kai-ray-e2e)
@@ -21,6 +23,9 @@
 #   KAI_RAY_E2E_KUBE_SCHEDULER_QPS=N  kube-scheduler's client QPS and burst (default:
 #                          its own, 50/100; benchmarks lift it to run it at its best)
 #   KAI_RAY_E2E_KUBERAY=0  do not run the KubeRay operator
+#   KAI_RAY_E2E_AUDIT=1    the API server writes an audit log of pods/binding and
+#                          pods/eviction creates to $RUN/logs/audit.log (read at
+#                          each start of the API server, restart-apiserver included)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -38,6 +43,7 @@ RAY_METRICS_PORT=$((BASE + 6))
 RAY_HEALTH_PORT=$((BASE + 7))
 WITH_SCHEDULER="${KAI_RAY_E2E_KUBE_SCHEDULER:-0}"
 WITH_KUBERAY="${KAI_RAY_E2E_KUBERAY:-1}"
+WITH_AUDIT="${KAI_RAY_E2E_AUDIT:-0}"
 
 PKI="$RUN/pki"
 LOGS="$RUN/logs"
@@ -181,6 +187,47 @@ api_ready() {
     "$API/readyz" | grep -qx ok
 }
 
+audit_flags() { # the audit log of binds and evictions, when KAI_RAY_E2E_AUDIT=1
+  [[ "$WITH_AUDIT" == 1 ]] || return 0
+  printf '%s\n' "apiVersion: audit.k8s.io/v1" "kind: Policy" "omitStages: [RequestReceived]" \
+    "rules:" \
+    "- level: Request" "  verbs: [create]" "  resources:" \
+    "  - group: \"\"" "    resources: [pods/binding, pods/eviction]" \
+    "- level: None" >"$RUN/audit-policy.yaml"
+  echo "--audit-policy-file=$RUN/audit-policy.yaml --audit-log-path=$LOGS/audit.log"
+  echo "--audit-log-maxsize=1024 --audit-log-mode=blocking"
+}
+
+start_apiserver() { # <kubernetes bin dir>
+  local k8s="$1"
+  # shellcheck disable=SC2046 # one flag per word
+  start kube-apiserver "$k8s/kube-apiserver" \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$API_PORT" \
+    --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+    --client-ca-file="$PKI/ca.crt" --token-auth-file="$PKI/tokens.csv" \
+    --authorization-mode=RBAC --anonymous-auth=false \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+    --service-cluster-ip-range=10.96.0.0/16 --allow-privileged=true \
+    --endpoint-reconciler-type=none \
+    --disable-admission-plugins=TaintNodesByCondition \
+    --profiling=false --v=1 \
+    $(audit_flags)
+}
+
+restart_apiserver() {
+  alive etcd || die "etcd is not running: run $0 up first"
+  KUBECTL="$(kubectl_bin)"
+  mkdir -p "$LOGS" "$PIDS"
+  local t0=$SECONDS
+  stop_all kube-apiserver
+  [[ -f "$LOGS/kube-apiserver.log" ]] && mv "$LOGS/kube-apiserver.log" "$LOGS/kube-apiserver.log.1"
+  start_apiserver "$(bindir kubernetes)"
+  wait_for kube-apiserver 90 api_ready || { tail -30 "$LOGS/kube-apiserver.log" >&2; exit 1; }
+  log "kube-apiserver restarted and ready in $((SECONDS - t0))s"
+}
+
 all_up() {
   local c
   for c in etcd kube-apiserver kube-controller-manager kwok; do alive "$c" || return 1; done
@@ -236,18 +283,7 @@ up() {
   wait_for etcd 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health" || { tail -20 "$LOGS/etcd.log" >&2; down_quiet; exit 1; }
   log "etcd ready (+$((SECONDS - t0))s)"
 
-  start kube-apiserver "$k8s/kube-apiserver" \
-    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$API_PORT" \
-    --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
-    --client-ca-file="$PKI/ca.crt" --token-auth-file="$PKI/tokens.csv" \
-    --authorization-mode=RBAC --anonymous-auth=false \
-    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
-    --service-cluster-ip-range=10.96.0.0/16 --allow-privileged=true \
-    --endpoint-reconciler-type=none \
-    --disable-admission-plugins=TaintNodesByCondition \
-    --profiling=false --v=1
+  start_apiserver "$k8s"
   wait_for kube-apiserver 90 api_ready || { tail -30 "$LOGS/kube-apiserver.log" >&2; down_quiet; exit 1; }
   log "kube-apiserver ready (+$((SECONDS - t0))s)"
 
@@ -364,5 +400,6 @@ case "${1:-}" in
   down) down ;;
   env) env_ ;;
   status) status ;;
-  *) echo "usage: $0 up|down|env|status" >&2; exit 2 ;;
+  restart-apiserver) restart_apiserver ;;
+  *) echo "usage: $0 up|down|env|status|restart-apiserver" >&2; exit 2 ;;
 esac
