@@ -92,6 +92,8 @@ class ClusterCache:
             maxsize=1 << 20, ttl=assume_ttl_s, timer=self._clock
         )
         self._assumed_keys: set[str] = set()
+        #: Pods deleted before they were bound (`_leaving`): left out of the snapshot.
+        self._leaving: set[str] = set()
         #: Node name -> keys of pods bound there (as stored or assumed).
         self._on_node: dict[str, set[str]] = {}
         #: A suspended workload's gang, as the pods its controller will create once
@@ -118,6 +120,7 @@ class ClusterCache:
         if kind == POD:
             self._unindex(key)
             self._pods.pop(key, None)
+            (self._leaving.add if _leaving(obj) else self._leaving.discard)(key)
             if key in self._assumed_keys and pod_node(obj) is not None:
                 self._assumed.pop(key, None)  # the watch caught up with the bind
                 self._assumed_keys.discard(key)
@@ -140,6 +143,7 @@ class ClusterCache:
             self._pods.pop(key, None)
             self._assumed.pop(key, None)
             self._assumed_keys.discard(key)
+            self._leaving.discard(key)
         if self._objects[kind].pop(key, None) is not None and kind == NODE:
             self._nodes = None
 
@@ -271,10 +275,11 @@ class ClusterCache:
         )
 
     def _pods_as_read(self, pods: Mapping[str, Obj]) -> list[Obj]:
-        if not self._assumed_keys:
+        if not self._assumed_keys and not self._leaving:
             return list(pods.values())
         assumed = self._assumed_keys
-        return [self.pod(key) or obj if key in assumed else obj for key, obj in pods.items()]
+        read = (self.pod(key) or obj if key in assumed else obj for key, obj in pods.items())
+        return [obj for obj in read if not _leaving(obj)]
 
     def snapshot(self) -> Snapshot:
         """This cycle's snapshot, reading again only what changed since the last."""
@@ -304,7 +309,8 @@ class ClusterCache:
             if cached is None:
                 found: list[Problem] = []
                 obj = self.pod(key) or placeholders.get(key) or {}  # read once per change
-                cached = readings[key] = (read_pod(obj, found), found)
+                state = None if _leaving(obj) else read_pod(obj, found)
+                cached = readings[key] = (state, found)
             if cached[0] is not None:
                 states.append(cached[0])
             problems.extend(cached[1])
@@ -427,6 +433,13 @@ def _allocatable(node: Obj) -> Resources:
         )
     except ValueError:
         return Resources()
+
+
+def _leaving(pod: Obj) -> bool:
+    """Deleted before it was bound: nothing holds room for it and nothing may bind it
+    (the API server refuses: "being deleted"), so the cycle does not see it. A bound
+    pod being deleted still holds its node until it is gone."""
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp")) and pod_node(pod) is None
 
 
 def _finished(pod: Obj) -> bool:

@@ -210,3 +210,19 @@ def test_a_bind_that_would_overcommit_the_live_node_is_skipped() -> None:
     report = Binder(writer, room=cache.room_problem).apply(plan, snapshot, 0.0)
     assert not report.bound and not [c for c in writer.calls if c[0] == "bind"]
     assert report.failed[0][1].message == "bind to n1 skipped: node n1 has 4 nvidia.com/gpu free"
+
+
+def test_a_pod_deleted_unbound_is_not_scheduled_and_a_bound_one_holds_its_node() -> None:
+    cache = ClusterCache()
+    cache.upsert(node("n1"))
+    for obj in (pod("gone"), pod("going", 8, "n1"), pod("waits")):
+        if obj["metadata"]["name"] != "waits":
+            obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+        cache.upsert(obj)
+    snapshot = cache.snapshot()
+    assert sorted(snapshot.pods) == ["ns/going", "ns/waits"]
+    assert [p.key for p in snapshot.pending_pods] == ["ns/waits"]
+    assert snapshot.free[0, snapshot.column("gpu")] == 0  # until the bound one is gone
+    assert sorted(build_snapshot(cache.objects()).pods) == sorted(snapshot.pods)
+    cache.delete(POD, "ns/going")
+    assert cache.snapshot().free[0, snapshot.column("gpu")] == 8
