@@ -4,13 +4,19 @@ A private CA and a serving certificate signed by it, for the webhook's host
 name or IP address, written as PEM files into a folder (kept when they are
 still valid for that host, so restarts keep the caBundle the API server
 holds). The CA certificate is what the webhook configurations carry as
-`caBundle`. Uses the `cryptography` library; writes files, nothing else.
+`caBundle`. The folder must be the operator's own: one that another user owns
+or may write to could hold a certificate and key of theirs, which the operator
+would then serve and register (and the API server would send them every pod),
+so it is refused (a read-only mount such as a Secret volume is fine); the key is
+created readable by its owner only. Uses the
+`cryptography` library; writes files, nothing else.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,8 +37,10 @@ class ServingCertificate:
 
 def ensure_certificate(folder: Path, host: str) -> ServingCertificate:
     """The CA and serving certificate for `host` in `folder`, made when missing,
-    expiring within 30 days, or made for another host."""
-    folder.mkdir(parents=True, exist_ok=True)
+    expiring within 30 days, or made for another host. Raises PermissionError
+    when the folder is not private to this user."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _check_private(folder)
     files = ServingCertificate(folder / "ca.crt", folder / "tls.crt", folder / "tls.key")
     if not _still_good(files, host):
         _make(files, host)
@@ -74,14 +82,38 @@ def _make(files: ServingCertificate, host: str) -> None:
     )
     files.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     files.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    files.key_file.write_bytes(
+    _write_private(
+        files.key_file,
         key.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
-        )
+        ),
     )
-    files.key_file.chmod(0o600)
+
+
+def _check_private(folder: Path) -> None:
+    """Owned by this user (or root), and nobody else may write into it, unless it is
+    a read-only mount (a Secret volume: the kubelet alone fills it)."""
+    info = folder.stat()
+    owner_trusted = info.st_uid in (os.getuid(), 0)
+    others_write = bool(info.st_mode & 0o022) and not os.statvfs(folder).f_flag & os.ST_RDONLY
+    if not owner_trusted or others_write:
+        raise PermissionError(
+            f"{folder}: not private to this user (owner uid {info.st_uid}, mode "
+            f"{oct(info.st_mode & 0o777)}): another user could plant the webhook's "
+            "certificate; choose another --webhook-cert-dir"
+        )
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write a file that is never readable by others, not even for a moment."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def _builder(
