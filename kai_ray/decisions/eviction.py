@@ -18,7 +18,9 @@ this module's. Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -148,24 +150,68 @@ def waiting_candidates(ctx: CycleContext) -> WaitingJobs:
 
 
 def running_units(
-    ctx: CycleContext, keep: Callable[[PodGroupState, int], bool], protection: Protection
+    ctx: CycleContext,
+    may_take: Callable[[str], bool],
+    protection: Protection,
+    below: int | None = None,
 ) -> list[VictimUnit]:
-    """Units of running preemptible groups of this scheduler that `keep` accepts,
-    untouched so far this cycle and not protected by a min-runtime."""
+    """Units of running preemptible groups of this scheduler, in the snapshot's order,
+    whose leaf queue `may_take` accepts (and whose priority is under `below`, when
+    given), untouched so far this cycle and not protected by a min-runtime. Only the
+    accepted queues' groups are looked at (`victim_groups`), so a waiting job costs
+    what its possible victims number, not what the cluster runs."""
+    groups = victim_groups(ctx)
+    chosen = [
+        found
+        for queue, found in groups.by_queue.items()
+        if (below is None or groups.lowest[queue] < below) and may_take(queue)
+    ]
     units: list[VictimUnit] = []
-    for group in ctx.snapshot.pod_groups.values():
-        priority = group_priority(group)
-        if not is_preemptible(group, priority) or not keep(group, priority):
+    for _, group, priority in heapq.merge(*chosen, key=lambda entry: entry[0]):
+        if below is not None and priority >= below:
             continue
-        if any(p.scheduler != ctx.config.schedulerName for p in group.live_pods()):
-            continue  # another scheduler's pods are not ours to evict
-        if not group.seen_whole:
-            continue  # a member on a node the snapshot does not know cannot be judged
         for unit in _units_of(ctx.transaction, group, priority):
             untouched = not any(p.key in ctx.transaction.removed for p in unit.pods)
             if untouched and not protection.protects(unit):
                 units.append(unit)
     return units
+
+
+@dataclass(frozen=True)
+class VictimGroups:
+    """The groups that may give victims, per leaf queue, each with its position in
+    the snapshot and its priority; and each queue's lowest priority."""
+
+    by_queue: dict[str, list[tuple[int, PodGroupState, int]]]
+    lowest: dict[str, int]
+
+
+#: Per cycle: the groups that may give victims (they depend on the snapshot alone).
+VICTIM_GROUPS = MemoKey[VictimGroups]("victim groups")
+
+
+def victim_groups(ctx: CycleContext) -> VictimGroups:
+    """Running preemptible groups of this scheduler, seen whole, with victim units,
+    grouped by leaf queue once per cycle."""
+    scheduler, tx = ctx.config.schedulerName, ctx.transaction
+
+    def build() -> VictimGroups:
+        found = VictimGroups({}, {})
+        for position, group in enumerate(ctx.snapshot.pod_groups.values()):
+            priority = group_priority(group)
+            if not is_preemptible(group, priority):
+                continue
+            if any(p.scheduler != scheduler for p in group.live_pods()):
+                continue  # another scheduler's pods are not ours to evict
+            if not group.seen_whole:
+                continue  # a member on a node the snapshot does not know cannot be judged
+            if _units_of(tx, group, priority):
+                found.by_queue.setdefault(group.queue, []).append((position, group, priority))
+                lowest = found.lowest.get(group.queue, priority)
+                found.lowest[group.queue] = min(lowest, priority)
+        return found
+
+    return tx.memo.get(VICTIM_GROUPS, scheduler, build)
 
 
 def _units_of(tx: Transaction, group: PodGroupState, priority: int) -> list[VictimUnit]:

@@ -66,7 +66,7 @@ class PreemptAction:
     def attempt(self, ctx: CycleContext, candidate: Candidate) -> None:
         queue, priority = candidate.queue, candidate.priority
         protection = Protection(ctx.snapshot.queues, self.which, ctx.now)
-        units = running_units(ctx, lambda g, p: g.queue == queue and p < priority, protection)
+        units = running_units(ctx, lambda q: q == queue, protection, below=priority)
         if not units or preempt_refusal(ctx, candidate, units):
             ask_to_wake(ctx, protection)
             return

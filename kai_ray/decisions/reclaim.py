@@ -171,7 +171,7 @@ class ReclaimAction:
             return  # no queue may be reclaimed from (and no runtime protection was met)
         protection = Protection(ctx.snapshot.queues, self.which, ctx.now)
         may_take = functools.cache(budget.reclaimer_may_take_from)
-        units = running_units(ctx, lambda g, _: may_take(g.queue), protection)
+        units = running_units(ctx, may_take, protection)
         new_budget = lambda: FairShareBudget(ctx.ledger, contested, group.queue, candidate.request)  # noqa: E731
         with ctx.transaction.attempt() as step:
             victims = evict_to_fit(ctx, placeable(ctx, group), units, new_budget)

@@ -84,10 +84,15 @@ def iter_documents(paths: Sequence[Path]) -> Iterator[Document]:
             yield from _documents_of(file)
 
 
+#: libyaml's C parser when PyYAML was built with it (the same safe constructors, some
+#: ten times faster than the pure-Python one); else the pure-Python safe loader.
+SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _documents_of(file: Path) -> Iterator[Document]:
     ref = ObjectRef("File", file.name, source=str(file))
     try:
-        docs = list(yaml.safe_load_all(file.read_text()))
+        docs = list(yaml.load_all(file.read_text(), Loader=SAFE_LOADER))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "(document)"
