@@ -360,25 +360,27 @@ class SchedulingLoop:
         self._report_problems(snapshot, stamp)
 
     def _report_problems(self, snapshot: Snapshot, stamp: str) -> None:
-        """Objects the snapshot left out or could not fully read: a `Valid=False`
-        condition on PodGroups and Topologies, an Event on each, once per change."""
+        """Objects the snapshot left out or could not fully read: an Event on each
+        once per change, and a `Valid=False` condition on PodGroups and Topologies,
+        written (in the back) until it is there."""
         by_object: dict[ObjectRef, list[Problem]] = {}
         for problem in snapshot.problems:
             ref = ObjectRef(problem.obj.kind, problem.obj.name, problem.obj.namespace)
             by_object.setdefault(ref, []).append(problem)
+        changes: list[tuple[str, str, Mapping[str, Any], ObjectRef]] = []
         for ref, problems in by_object.items():
             message = "; ".join(f"{p.field}: {p.message}" for p in problems)
             key = ref.name if ref.namespace is None else f"{ref.namespace}/{ref.name}"
-            if self._problems.get((ref.kind, key)) == message:
-                continue
-            self._problems[(ref.kind, key)] = message
-            self.writer.record_event(ref, True, "InvalidSpec", message)
+            if self._problems.get((ref.kind, key)) != message:
+                self._problems[(ref.kind, key)] = message
+                self.writer.record_event(ref, True, "InvalidSpec", message)
             if ref.kind in (POD_GROUP, "Topology"):
                 with self.lock:
                     obj = self.cache.get(ref.kind, key) or {}
                 old = (obj.get("status") or {}).get("conditions")
                 conditions = merge_condition(old, problems_condition(problems, stamp))
-                self.writer.patch_status(ref.kind, key, {"conditions": conditions})
+                changes.append((ref.kind, key, {"conditions": conditions}, ref))
+        self._patch_all(changes)
 
     def _patch_all(self, changes: list[tuple[str, str, Mapping[str, Any], ObjectRef]]) -> None:
         """Queue the statuses that changed since they were last written (in the
