@@ -4,7 +4,9 @@ A job is refused when
 - its namespace may not use the queue (`spec.namespaces`; empty means any; the
   `namespaceSelector` needs namespace labels, which the snapshot does not hold,
   so the operator's webhook enforces it at the door);
-- its queue or any ancestor would pass its limit (KAI's `OverLimit`);
+- its queue or any ancestor would pass its limit (KAI's `OverLimit`), counted
+  with what the victims an evicting action takes for it give back in that
+  queue (`freed_in_queues`): victims inside a department free room in it;
 - it is non-preemptible (`spec.preemptible: false`, or unset with priority
   >= 100) and its queue or any ancestor would go over quota with it (KAI's
   `NonPreemptibleOverQuota`): work that cannot be taken back runs only in quota;
@@ -26,7 +28,15 @@ from kai_ray.decisions.ledger import QueueLedger
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.queues import QueueNode, QueueTree
-from kai_ray.values.resources import CPU, EPSILON, GPU, MEMORY, Resources, format_amount
+from kai_ray.values.resources import (
+    CPU,
+    EPSILON,
+    GPU,
+    MEMORY,
+    Resources,
+    add_into,
+    format_amount,
+)
 from kai_ray.workloads.pod_fields import NodeRequirement
 
 #: Preemptibility follows priority when a group does not say (KAI's rule).
@@ -95,9 +105,33 @@ def _over_limit(breach: Breach | None) -> str | None:
     )
 
 
-def limit_refusal(ledger: QueueLedger, leaf: str, request: Resources) -> str | None:
-    """The first queue from the leaf up whose limit the request would pass."""
-    return _over_limit(first_breach(ledger, leaf, request, ledger.held, limit_of))
+#: What a step's victims give back, per queue (the leaves and every ancestor).
+Freed = Mapping[str, Resources]
+NOTHING_FREED: Freed = {}
+
+
+def freed_in_queues(ledger: QueueLedger, victims: Iterable[tuple[str, Resources]]) -> Freed:
+    """What evicting `victims` (leaf queue, what it holds) gives back in every queue
+    on their paths: a victim under a shared ancestor frees room in it too."""
+    freed: dict[str, dict[str, float]] = {}
+    for leaf, holds in victims:
+        for name in ledger.path(leaf):
+            add_into(freed.setdefault(name, {}), holds)
+    return {name: Resources.from_canonical(amounts) for name, amounts in freed.items()}
+
+
+def limit_refusal(
+    ledger: QueueLedger, leaf: str, request: Resources, freed: Freed = NOTHING_FREED
+) -> str | None:
+    """The first queue from the leaf up whose limit the request would pass, once
+    what the step's victims hold in it is given back (the one limit rule of every
+    action, evicting or not)."""
+
+    def holding(name: str) -> Resources:
+        gone = freed.get(name)
+        return ledger.held(name) if gone is None else ledger.held(name) - gone
+
+    return _over_limit(first_breach(ledger, leaf, request, holding, limit_of))
 
 
 def typed_limit_refusal(ledger: QueueLedger, leaf: str, placed: Resources) -> str | None:
@@ -120,11 +154,17 @@ def quota_refusal(ledger: QueueLedger, leaf: str, request: Resources) -> str | N
 
 
 def refusal(
-    ledger: QueueLedger, group: PodGroupState, request: Resources, preemptible: bool
+    ledger: QueueLedger,
+    group: PodGroupState,
+    request: Resources,
+    preemptible: bool,
+    freed: Freed = NOTHING_FREED,
 ) -> str | None:
-    """Why the job may not be admitted now, or None when its queues can take it."""
+    """Why the job may not be admitted now, or None when its queues can take it;
+    `freed`: what the victims evicted for it give back (`freed_in_queues`). The
+    quota of non-preemptible work is judged without them: victims are preemptible."""
     refused = namespace_refusal(ledger.tree[group.queue], group.namespace)
-    refused = refused or limit_refusal(ledger, group.queue, request)
+    refused = refused or limit_refusal(ledger, group.queue, request, freed)
     if refused is None and not preemptible:
         refused = quota_refusal(ledger, group.queue, request)
     return refused

@@ -3,7 +3,10 @@
 For each gang still waiting for its minimum after the actions before this one
 (higher priority first, then older):
 1. it must pass admission as allocate judges it (limits; quota for
-   non-preemptible work) and fit the free resources of the schedulable nodes
+   non-preemptible work): the limit rule of every evicting action
+   (`admission.refusal` with what the victims free), where the gangs moved
+   free nothing, since each is placed again in the same step; and fit the free
+   resources of the schedulable nodes
    in total, yet not fit on any set of nodes as they are: fragmentation, not
    shortage (taking resources back is reclaim's and preempt's business);
 2. the movable gangs: this scheduler's, running whole (at least their minimum

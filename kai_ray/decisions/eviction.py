@@ -9,7 +9,10 @@
    evicted in the transaction, and the job placed with `place_gang`; if it
    does not fit, everything rolls back and more room is asked for (`SLACK`);
    once it fits, victims on nodes the job did not use are given back and the
-   fit checked again;
+   fit checked again. Every set of victims must also admit the job
+   (`admission_refusal`: limits counted with what the victims free in each
+   queue on their paths), so a victim the job's queue limits need is kept
+   even when its node was not used;
 4. `record`: the evictions and the job's status into the plan.
 Choosing victims is a pure function (`victims.py`); issuing the evictions is
 this module's. Pure: no I/O.
@@ -19,12 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from kai_ray.decisions.admission import is_preemptible
+from kai_ray.decisions.admission import freed_in_queues, is_preemptible, refusal
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.ordering import (
     Candidate,
@@ -66,15 +69,20 @@ def job_need(tx: Transaction, group: PodGroupState) -> Need | None:
     return Need(vectors.max(axis=0), len(pods), allowed, tx.snapshot.column(GPU))
 
 
+#: Whether the job may be admitted once these victims are gone (`admission_refusal`).
+Admits = Callable[[Sequence[VictimUnit]], bool]
+
+
 def evict_to_fit(
     ctx: CycleContext,
     group: PodGroupState,
     units: Sequence[VictimUnit],
     new_budget: Callable[[], Budget],
+    admits: Admits,
 ) -> list[VictimUnit] | None:
-    """The victims whose eviction lets the group's minimum fit, evicted and the group
-    placed in the transaction (for the caller's step to commit); None, with
-    nothing changed, if none do."""
+    """The victims whose eviction lets the group's minimum fit and `admits` it,
+    evicted and the group placed in the transaction (for the caller's step to
+    commit); None, with nothing changed, if none do."""
     tx, need = ctx.transaction, job_need(ctx.transaction, group)
     if need is None or not units:
         return None
@@ -84,10 +92,13 @@ def evict_to_fit(
         if chosen is None:
             break
         victims = whole_gangs(chosen, units)
-        if chosen and new_budget().take(victims) and (kept := _fit_and_trim(ctx, group, victims)):
+        kept = chosen and new_budget().take(victims) and _fit_and_trim(ctx, group, victims, admits)
+        if kept:
             return kept
+    # Room may be free already and only a limit in the way (victims free room in
+    # their queues): then every victim the budget allows is tried.
     everything = whole_gangs(_everything(units, new_budget()), units)
-    return _fit_and_trim(ctx, group, everything) if new_budget().take(everything) else None
+    return _fit_and_trim(ctx, group, everything, admits) if new_budget().take(everything) else None
 
 
 def whole_gangs(chosen: Sequence[VictimUnit], units: Sequence[VictimUnit]) -> list[VictimUnit]:
@@ -102,17 +113,17 @@ def _everything(units: Sequence[VictimUnit], budget: Budget) -> list[VictimUnit]
 
 
 def _fit_and_trim(
-    ctx: CycleContext, group: PodGroupState, victims: list[VictimUnit]
+    ctx: CycleContext, group: PodGroupState, victims: list[VictimUnit], admits: Admits
 ) -> list[VictimUnit] | None:
     tx = ctx.transaction
     mark = tx.checkpoint()
-    if not victims or not _try_fit(ctx, group, victims):
+    if not victims or not admits(victims) or not _try_fit(ctx, group, victims):
         return None
     used = {p.node for p in tx.placements[mark:] if not p.removal}
     node_of = _node_of(tx)
     needed = [u for u in victims if any(node_of(p) in used for p in u.pods)]
     needed = whole_gangs(needed, victims)
-    if len(needed) == len(victims):
+    if len(needed) == len(victims) or not admits(needed):
         return victims
     tx.rollback(mark)
     if _try_fit(ctx, group, needed):
@@ -220,13 +231,27 @@ def _units_of(tx: Transaction, group: PodGroupState, priority: int) -> list[Vict
     return tx.memo.get(VICTIM_UNITS, group.key, build)
 
 
+def admission_refusal(
+    ctx: CycleContext, candidate: Candidate, victims: Iterable[VictimUnit]
+) -> str | None:
+    """Why the job may not be admitted even once `victims` are gone (what they hold
+    is given back in each queue on their paths: `admission.freed_in_queues`)."""
+    group = candidate.group
+    freed = freed_in_queues(ctx.ledger, ((unit.queue, unit.requests) for unit in victims))
+    preemptible = is_preemptible(group, candidate.priority)
+    return refusal(ctx.ledger, group, candidate.request, preemptible, freed)
+
+
 def record(
     ctx: CycleContext, candidate: Candidate, victims: Sequence[VictimUnit], reason: str
 ) -> None:
-    """Evictions into the plan (the queues' holdings were moved by `booking.book`)."""
+    """Evictions into the plan (the queues' holdings were moved by `booking.book`),
+    each naming the queue the room was made for."""
     group = candidate.group
     for unit in victims:
-        ctx.plan.evictions.extend(Evict(p.key, unit.group.key, reason) for p in unit.pods)
+        ctx.plan.evictions.extend(
+            Evict(p.key, unit.group.key, reason, for_queue=group.queue) for p in unit.pods
+        )
     ctx.plan.statuses.state(admitted(group))
     names = ", ".join(u.label() for u in victims)
     ctx.log.info("%s: %s makes room by evicting %s", reason, group.key, names)

@@ -41,6 +41,9 @@ class Evict:
     pod: str
     group: str
     reason: str
+    #: The queue the room was made for (reclaim, preempt: the waiting job's queue);
+    #: None when no queue gains (consolidation moves the pod, stale-gang frees it).
+    for_queue: str | None = None
 
 
 @dataclass(frozen=True)

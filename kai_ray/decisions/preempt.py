@@ -3,7 +3,8 @@
 1. every group whose minimum is still missing after allocate (and reclaim)
    is a candidate, taken in queue order, as allocate takes them;
 2. admission may refuse it: namespace, a limit (counted with the victims
-   gone, since they are in the same queue), non-preemptible over quota;
+   gone, the one rule reclaim follows: `eviction.admission_refusal`),
+   non-preemptible over quota;
 3. its victims are running, preemptible gangs of the same leaf queue with a
    strictly lower priority, not protected by `preemptMinRuntime`; elastic
    extras go one by one before any whole gang (`victims.victim_units`);
@@ -18,15 +19,10 @@ uses, so preemption never moves resources between queues. Pure: no I/O.
 
 from __future__ import annotations
 
-from kai_ray.decisions.admission import (
-    is_preemptible,
-    limit_refusal,
-    namespace_refusal,
-    quota_refusal,
-)
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.eviction import (
+    admission_refusal,
     ask_to_wake,
     evict_to_fit,
     record,
@@ -35,23 +31,7 @@ from kai_ray.decisions.eviction import (
 )
 from kai_ray.decisions.ordering import Candidate, take_next
 from kai_ray.decisions.runtime import Protection, RuntimeField
-from kai_ray.decisions.victims import Budget, VictimUnit
-from kai_ray.values.resources import Resources
-
-
-def preempt_refusal(
-    ctx: CycleContext, candidate: Candidate, victims: list[VictimUnit]
-) -> str | None:
-    """Why the job may not take the victims' place, or None."""
-    group, ledger = candidate.group, ctx.ledger
-    freed = Resources()
-    for unit in victims:
-        freed = freed + unit.requests
-    refused = namespace_refusal(ledger.tree[group.queue], group.namespace)
-    refused = refused or limit_refusal(ledger, group.queue, candidate.request - freed)
-    if refused is None and not is_preemptible(group, candidate.priority):
-        refused = quota_refusal(ledger, group.queue, candidate.request)
-    return refused
+from kai_ray.decisions.victims import Budget
 
 
 class PreemptAction:
@@ -67,12 +47,13 @@ class PreemptAction:
         queue, priority = candidate.queue, candidate.priority
         protection = Protection(ctx.snapshot.queues, self.which, ctx.now)
         units = running_units(ctx, lambda q: q == queue, protection, below=priority)
-        if not units or preempt_refusal(ctx, candidate, units):
+        if not units or admission_refusal(ctx, candidate, units):
             ask_to_wake(ctx, protection)
             return
+        admits = lambda victims: admission_refusal(ctx, candidate, victims) is None  # noqa: E731
         with ctx.transaction.attempt() as step:
-            victims = evict_to_fit(ctx, placeable(ctx, candidate.group), units, Budget)
+            victims = evict_to_fit(ctx, placeable(ctx, candidate.group), units, Budget, admits)
             if victims is None:
                 ask_to_wake(ctx, protection)
-            elif not preempt_refusal(ctx, candidate, victims) and book(ctx, step) is None:
+            elif book(ctx, step) is None:
                 record(ctx, candidate, victims, self.name)

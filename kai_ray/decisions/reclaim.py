@@ -2,7 +2,11 @@
 
 1. every group whose minimum is still missing after allocate is a candidate,
    taken in queue order (`ordering.take_next`, as allocate does);
-2. admission may refuse it (namespace, limit, non-preemptible over quota);
+2. admission may refuse it (namespace, limit, non-preemptible over quota),
+   a limit counted with what its victims free in each queue on their paths
+   (`eviction.admission_refusal`): victims inside the reclaimer's department
+   make room under the department's limit. It is judged first with every
+   possible victim gone, then on each set of victims tried;
 3. its victims are running, preemptible gangs of other leaf queues not
    protected by `reclaimMinRuntime`, cut into units (`victims.victim_units`);
 4. each victim queue is judged against the reclaimer where their paths in the
@@ -11,7 +15,9 @@
    - reclaimer side: with the job added it stays within its fair share, in
      every resource the job asks for;
    - victim side: in every contested resource the job asks for (the queues
-     together request more of it than the cluster has), a queue over its
+     together request more of it than the cluster has, or the queues under
+     the common ancestor more than its fair share, as under a department's
+     limit: what they lose does not come back to them), a queue over its
      fair share may lose only what it holds above it, and one at or below its
      share loses nothing. A queue at or below quota is then never reclaimed
      from, since a contested resource's fair share is at least the quota (or
@@ -29,12 +35,13 @@ Pure: no I/O.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.eviction import (
+    admission_refusal,
     ask_to_wake,
     evict_to_fit,
     record,
@@ -63,29 +70,66 @@ def below(ledger: QueueLedger, leaf: str, ancestor: str | None) -> tuple[str, ..
     return path if ancestor is None else path[: path.index(ancestor)]
 
 
-def contested_resources(groups: Mapping[str, PodGroupState], capacity: Resources) -> set[str]:
-    """Resources the live pods of all queues, bound or pending, ask more of than there is."""
+@dataclass(frozen=True)
+class Contested:
+    """Resources asked for more than there is: in the whole cluster, and under each
+    queue whose subtree asks more than its fair share (a department at its limit)."""
+
+    cluster: frozenset[str]
+    under: Mapping[str, frozenset[str]]
+
+    def at(self, ancestor: str | None) -> frozenset[str]:
+        """Contested between two queues whose paths meet at `ancestor` (None: the root)."""
+        return self.cluster if ancestor is None else self.cluster | self.under.get(ancestor, NONE)
+
+
+NONE: frozenset[str] = frozenset()
+
+
+def contested_resources(
+    groups: Mapping[str, PodGroupState], capacity: Resources, ledger: QueueLedger
+) -> Contested:
+    """What the live pods of the queues, bound or pending, ask more of than there is,
+    in the cluster and under each queue (more than the queue's fair share)."""
     # Each group's total is summed first, then added: the order the floats always had.
     asked: dict[str, float] = {}
+    per_leaf: dict[str, dict[str, float]] = {}
     for group in groups.values():
         add_into(asked, group.live_requests)
+        add_into(per_leaf.setdefault(group.queue, {}), group.live_requests)
     summed = Resources.from_canonical(asked)  # drops zeros, as the vector sum did
-    return {r for r, amount in summed.items() if amount > capacity[r] + EPSILON}
+    cluster = frozenset(r for r, amount in summed.items() if amount > capacity[r] + EPSILON)
+    return Contested(cluster, _over_share(ledger, per_leaf))
+
+
+def _over_share(
+    ledger: QueueLedger, per_leaf: Mapping[str, Mapping[str, float]]
+) -> dict[str, frozenset[str]]:
+    subtree: dict[str, dict[str, float]] = {}
+    for leaf, amounts in per_leaf.items():
+        if leaf in ledger.tree:
+            for name in ledger.path(leaf)[1:]:
+                add_into(subtree.setdefault(name, {}), amounts)
+    under = {}
+    for name, amounts in subtree.items():
+        share = ledger.fair_share.get(name, Resources())
+        under[name] = frozenset(r for r, a in amounts.items() if a > share[r] + EPSILON)
+    return under
 
 
 class FairShareBudget(Budget):
     """Reclaim's rules (module docstring, step 4) for one reclaimer and one job."""
 
     def __init__(
-        self, ledger: QueueLedger, contested: Iterable[str], leaf: str, job: Resources
+        self, ledger: QueueLedger, contested: Contested, leaf: str, job: Resources
     ) -> None:
         self.ledger, self.leaf = ledger, leaf
         self.asked = [r for r, amount in job.items() if amount > EPSILON]
-        self.contested = [r for r in self.asked if r in set(contested)]
+        self.contested = contested
         self.job = job
         #: Per queue, the contested amounts taken so far (nothing else is judged).
         self.taken: dict[str, dict[str, float]] = {}
-        self._below: dict[str, tuple[str, ...]] = {}
+        self._below: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
     def reclaimer_within_share(self) -> bool:
         """With the job added, the reclaimer's leaf stays within its fair share. Every
@@ -105,13 +149,12 @@ class FairShareBudget(Budget):
         )
 
     def take(self, units: Sequence[VictimUnit]) -> bool:
-        if not self.contested:
-            return True  # nothing is judged: every unit may go
         taking: dict[str, dict[str, float]] = {}
         for unit in units:
-            for q in self._victim_side(unit.queue):
+            side, judged = self._victim_side(unit.queue)
+            for q in side:
                 amounts = taking.setdefault(q, {})
-                for r in self.contested:
+                for r in judged:
                     amounts[r] = amounts.get(r, 0.0) + unit.requests[r]
         if not all(self._may_lose(q, amounts) for q, amounts in taking.items()):
             return False
@@ -121,11 +164,15 @@ class FairShareBudget(Budget):
                 taken[r] = taken.get(r, 0.0) + amount
         return True
 
-    def _victim_side(self, victim_leaf: str) -> tuple[str, ...]:
-        """The victim's queues judged against this reclaimer (below their common ancestor)."""
+    def _victim_side(self, victim_leaf: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The victim's queues judged against this reclaimer (below their common
+        ancestor), and the resources judged: those the job asks for that are
+        contested where the two paths meet. Resources nobody lacks may go."""
         if victim_leaf not in self._below:
             lca = lowest_common_ancestor(self.ledger, self.leaf, victim_leaf)
-            self._below[victim_leaf] = below(self.ledger, victim_leaf, lca)
+            contested = self.contested.at(lca)
+            judged = tuple(r for r in self.asked if r in contested)
+            self._below[victim_leaf] = (below(self.ledger, victim_leaf, lca), judged)
         return self._below[victim_leaf]
 
     def _may_lose(self, queue: str, amounts: Mapping[str, float]) -> bool:
@@ -137,7 +184,7 @@ class FairShareBudget(Budget):
                 held[r] > share[r] + EPSILON
                 and (held[r] - taken.get(r, 0.0)) - amounts[r] >= share[r] - EPSILON
             )
-            for r in self.contested
+            for r in amounts
         )
 
     def _share(self, queue: str) -> Resources:
@@ -158,23 +205,24 @@ class ReclaimAction:
         waiting = waiting_candidates(ctx)
         if waiting.empty():
             return  # no job to reclaim for: skip summing every live pod
-        contested = contested_resources(ctx.snapshot.pod_groups, ctx.capacity)
+        contested = contested_resources(ctx.snapshot.pod_groups, ctx.capacity, ctx.ledger)
         while (candidate := take_next(ctx.ledger, waiting)) is not None:
             self.attempt(ctx, candidate, contested)
 
-    def attempt(self, ctx: CycleContext, candidate: Candidate, contested: set[str]) -> None:
+    def attempt(self, ctx: CycleContext, candidate: Candidate, contested: Contested) -> None:
         group = candidate.group
-        if refusal(ctx.ledger, group, candidate.request, is_preemptible(group, candidate.priority)):
-            return
         budget = FairShareBudget(ctx.ledger, contested, group.queue, candidate.request)
         if not budget.reclaimer_within_share():
             return  # no queue may be reclaimed from (and no runtime protection was met)
         protection = Protection(ctx.snapshot.queues, self.which, ctx.now)
         may_take = functools.cache(budget.reclaimer_may_take_from)
         units = running_units(ctx, may_take, protection)
+        if admission_refusal(ctx, candidate, units):
+            return  # refused even were every possible victim gone
         new_budget = lambda: FairShareBudget(ctx.ledger, contested, group.queue, candidate.request)  # noqa: E731
+        admits = lambda victims: admission_refusal(ctx, candidate, victims) is None  # noqa: E731
         with ctx.transaction.attempt() as step:
-            victims = evict_to_fit(ctx, placeable(ctx, group), units, new_budget)
+            victims = evict_to_fit(ctx, placeable(ctx, group), units, new_budget, admits)
             if victims is None:
                 ask_to_wake(ctx, protection)
             elif book(ctx, step) is None:

@@ -176,6 +176,8 @@ class Binder:
 
     def _evict(self, evict: Evict, report: ApplyReport) -> None:
         message = f"evicted by kai-ray ({evict.reason}) with its gang {evict.group}"
+        if evict.for_queue is not None:
+            message += f", for queue {evict.for_queue}"
         result = self.writer.evict(evict, message)
         if result.ok:
             report.evicted.append(evict)
