@@ -396,9 +396,6 @@ class Simulation:
         if job is not None:
             self._follow_gang(job, self.clock.now())
 
-    def jobs_by_group(self) -> Mapping[str, JobRecord]:
-        return {key: job.record for key, job in self.jobs.items()}
-
 
 @contextlib.contextmanager
 def _long_lived_heap() -> Iterator[None]:

@@ -42,7 +42,7 @@ from kai_ray.values.resources import Resources
 from kai_ray.workloads.expected_pods import pods_for_workload
 from kai_ray.workloads.grouping import derive_groups
 from kai_ray.workloads.membership import needs_derived_group
-from kai_ray.workloads.pods import pod_node, pod_requests
+from kai_ray.workloads.pod_fields import pod_node, pod_requests
 
 Obj = Mapping[str, Any]
 #: Kinds the snapshot is built from; any other kind is kept as a workload.
