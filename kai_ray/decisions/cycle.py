@@ -23,12 +23,13 @@ from kai_ray.decisions.consolidate import ConsolidateAction
 from kai_ray.decisions.context import Action, ActionRegistry, CycleContext, CycleLog
 from kai_ray.decisions.fairness import cluster_capacity, fair_shares
 from kai_ray.decisions.fairness import leaf_requests as leaf_requests
+from kai_ray.decisions.ordering import waiting_gangs
 from kai_ray.decisions.plan import Plan
 from kai_ray.decisions.preempt import PreemptAction
 from kai_ray.decisions.reclaim import ReclaimAction
 from kai_ray.decisions.stale import StaleGangEvictionAction
 from kai_ray.decisions.transaction import Transaction
-from kai_ray.decisions.usage import UsageState, usage_until
+from kai_ray.decisions.usage import UsageState, drift_step, still_moving, usage_until
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.config import SchedulerConfig
 from kai_ray.values.errors import InvalidObjectError, ObjectRef, Problem
@@ -91,7 +92,7 @@ def run_cycle(
     spec = config.spec
     # 1. Usage up to now, then fair shares per resource, top-down.
     capacity = cluster_capacity(snapshot, spec.schedulerName)
-    usage = usage_until(snapshot, spec, usage, now, capacity)
+    before, usage = usage, usage_until(snapshot, spec, usage, now, capacity)
     k = spec.timeBasedFairness.k
     shares = fair_shares(snapshot.queues, leaf_requests(snapshot), capacity, k, usage.queues)
     # 2. What every queue holds now; the actions grow it as they place jobs.
@@ -108,5 +109,9 @@ def run_cycle(
     #    rate usage grows at.
     evicted = {evict.pod for evict in plan.evictions}
     plan.binds.extend(b for b in ctx.transaction.binds() if b.pod not in evicted)
+    # 5. With time-based fairness, fair shares drift while usage moves: a gang still
+    #    waiting may get its turn though nothing else happens, so look again then.
+    if k > 0 and still_moving(before, usage) and waiting_gangs(snapshot.pod_groups.values(), tx):
+        plan.wake_no_later_than(now + drift_step(spec))
     log.debug("%d binds, %d statuses", len(plan.binds), len(plan.statuses))
     return CycleResult(plan, shares, dataclasses.replace(usage, allocated=dict(ledger.allocated)))

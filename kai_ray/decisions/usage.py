@@ -1,122 +1,236 @@
-"""Time-based fairness: each queue's usage, decayed over time and normalised.
+"""Time-based fairness: each queue's usage over a window, decayed and normalised.
 
-Usage of a resource is the resource-time a queue held, integrated with an
-exponential decay (weight `0.5 ** (age / half_life)`), divided by the cluster's
-capacity integrated the same way: a fraction of what the cluster could have
+A queue's usage of a resource is the resource-time it held inside the usage
+window, each past second weighted by `0.5 ** (age / half_life)` (no decay
+when the half-life is 0), divided by the cluster's capacity integrated over the
+same seconds with the same weights: a fraction of what the cluster could have
 given, between 0 and 1. It shifts only the over-quota weights (see
 `fairness._shifted_weights`); quotas and priorities are untouched.
 
-The state is a value the cycle returns and the caller hands back next cycle
-(the simulator keeps it in memory; the operator also persists the normalised
-part in `Queue.status.usage`, so a restart loses nothing). Allocations are
-treated as constant between two cycles, which makes the integral exact:
-an amount `a` held for `t` seconds adds `a * tau * (1 - 0.5 ** (t / h))`,
-with `tau = h / ln 2`, to a total that itself decays by `0.5 ** (t / h)`.
-`usage_until` brings a cycle's usage up to its `now`. Pure: no I/O.
+The window (KAI's `usageParams`):
+- `sliding` (the default): the last `window` seconds;
+- `tumbling`: from the latest reset, resets at `tumblingWindowStartTime + n * window`;
+- `cron`: from the latest time `cronString` fires.
+Normalisation: `elapsed` (KAI's) divides by the capacity of the recorded part of
+the window only, so a queue that has held the whole cluster since the first
+cycle has usage 1 at once; `steady` also counts the capacity of the part of the
+window before the first record, as if the cluster had stood idle then (usage
+climbs slowly from a fresh start).
+
+The history is a value: per queue, intervals during which it held a constant
+amount (`Interval`), coalesced and at most `MAX_INTERVALS` long (the shortest
+neighbours are merged at their average rate). The cycle returns it and the
+caller hands it back next cycle; the operator persists it in
+`Queue.status.usageHistory` so that a restart loses nothing. Allocations are
+taken as constant between two cycles, which makes the integral exact.
+`usage_until` brings a cycle's usage up to its `now`; with `k: 0` nothing is
+recorded. While usage moves, fair
+shares drift without any event: `drift_step` and `still_moving` tell the cycle
+when to look again (the simulator, like the operator, runs a cycle then).
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
+from croniter import croniter
+
+from kai_ray.state.queues import UsageInterval as Interval
 from kai_ray.state.snapshot import Snapshot
-from kai_ray.values.config import SchedulerConfigSpec, duration_seconds
+from kai_ray.values.config import SchedulerConfigSpec, TimeBasedFairness, duration_seconds
 from kai_ray.values.resources import Resources
 
 Amounts = Mapping[str, float]
+#: Intervals kept per queue; older neighbours are merged beyond this.
+MAX_INTERVALS = 64
 
 
 @dataclass(frozen=True)
 class UsageState:
-    """Decayed usage per queue and what the next interval needs to extend it."""
+    """Usage per queue, its history, and what the next interval needs to extend it."""
 
-    #: queue -> resource -> decayed usage as a fraction of decayed capacity.
+    #: queue -> resource -> usage as a fraction of the capacity (what fair shares read).
     queues: Mapping[str, Amounts] = field(default_factory=dict)
-    #: resource -> decayed capacity integral in resource-seconds; empty after a
-    #: restart, when the capacity is taken as steady (its integral is c * tau).
-    capacity: Amounts = field(default_factory=dict)
+    #: queue -> its intervals inside the window, oldest first.
+    history: Mapping[str, tuple[Interval, ...]] = field(default_factory=dict)
     #: queue -> what it held at the end of the last cycle (the rate until the next).
     allocated: Mapping[str, Resources] = field(default_factory=dict)
     #: Virtual or wall time of the last update; None before the first cycle.
     updated_s: float | None = None
+    #: What the queues shared at the last update (the capacity until the next).
+    capacity: Resources = field(default_factory=Resources)
 
 
-def decay_factor(elapsed_s: float, half_life_s: float) -> float:
-    """How much of a past amount survives `elapsed_s` (0 when there is no half-life)."""
-    if half_life_s <= 0:
+# ----------------------------------------------------------------- the window
+
+
+def window_start(params: TimeBasedFairness, now: float) -> float:
+    """Where the usage window begins at `now` (epoch seconds)."""
+    size = duration_seconds(params.window)
+    if params.windowType == "tumbling":
+        start = _epoch(params.tumblingWindowStartTime) if params.tumblingWindowStartTime else now
+        if start >= now or size <= 0:
+            return now if start >= now else start
+        return start + math.floor((now - start) / size) * size
+    if params.windowType == "cron":
+        moment = datetime.fromtimestamp(now, UTC)
+        previous: float = croniter(params.cronString, moment).get_prev(float)
+        return previous
+    return now - size
+
+
+def _epoch(moment: datetime) -> float:
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def _weight(start: float, end: float, now: float, half_life_s: float) -> float:
+    """The decayed length of [start, end] seen from `now`."""
+    if end <= start:
         return 0.0
-    return float(0.5 ** (max(elapsed_s, 0.0) / half_life_s))
-
-
-def _integral(rate: float, elapsed_s: float, half_life_s: float) -> float:
-    """Decayed integral of a constant `rate` over the last `elapsed_s` seconds."""
     if half_life_s <= 0:
-        return rate * max(elapsed_s, 0.0)
+        return end - start
     tau = half_life_s / math.log(2)
-    return rate * tau * (1.0 - decay_factor(elapsed_s, half_life_s))
+    newest, oldest = (now - end) / half_life_s, (now - start) / half_life_s
+    return tau * (math.pow(0.5, newest) - math.pow(0.5, oldest))
 
 
-def _steady_capacity(amount: float, half_life_s: float) -> float:
-    """The decayed integral of a capacity that has always been `amount`."""
-    return amount * half_life_s / math.log(2) if half_life_s > 0 else 0.0
+# ---------------------------------------------------------------- the history
 
 
-def advance_usage(
-    previous: UsageState,
-    allocated_by_queue: Mapping[str, Resources],
-    capacity: Resources,
-    elapsed_s: float,
-    half_life_s: float,
-) -> UsageState:
-    """The usage after `elapsed_s` more seconds during which each queue held
-    `allocated_by_queue` (every queue, parents included) of a cluster of `capacity`."""
-    keep = decay_factor(elapsed_s, half_life_s)
-    old_capacity = {
-        name: previous.capacity.get(name, _steady_capacity(capacity[name], half_life_s))
-        for name in capacity
-    }
-    new_capacity = {
-        name: old_capacity[name] * keep + _integral(capacity[name], elapsed_s, half_life_s)
-        for name in capacity
-    }
-    names = set(previous.queues) | set(allocated_by_queue)
-    queues = {
-        queue: _queue_usage(
-            previous.queues.get(queue, {}),
-            allocated_by_queue.get(queue, Resources()),
-            old_capacity,
-            new_capacity,
-            (keep, elapsed_s, half_life_s),
+def extended(history: Sequence[Interval], interval: Interval, since: float) -> tuple[Interval, ...]:
+    """`history` with `interval` added (joined to the last one when they held the
+    same), less what ended before `since`, at most `MAX_INTERVALS` long."""
+    kept = [i for i in history if i.end_s > since]
+    if interval.length > 0:
+        last = kept[-1] if kept else None
+        if last and last.end_s == interval.start_s and _same_rates(last, interval):
+            kept[-1] = dataclasses.replace(last, end_s=interval.end_s)
+        else:
+            kept.append(interval)
+    while len(kept) > MAX_INTERVALS:
+        kept = _merge_shortest(kept)
+    return tuple(kept)
+
+
+def _same_rates(a: Interval, b: Interval) -> bool:
+    return a.held == b.held and a.capacity == b.capacity
+
+
+def _merge_shortest(history: list[Interval]) -> list[Interval]:
+    """The two neighbours that together last the least, as one at their average rates."""
+    at = min(range(len(history) - 1), key=lambda i: history[i].length + history[i + 1].length)
+    a, b = history[at], history[at + 1]
+    total = a.length + b.length
+    held = a.held.scaled(a.length / total) + b.held.scaled(b.length / total)
+    capacity = a.capacity.scaled(a.length / total) + b.capacity.scaled(b.length / total)
+    return [*history[:at], Interval(a.start_s, b.end_s, held, capacity), *history[at + 2 :]]
+
+
+#: Persisted history: whole minutes, at most this many intervals per queue.
+PERSISTED_RESOLUTION_S = 60.0
+MAX_PERSISTED = 64
+
+
+def to_persist(history: Sequence[Interval]) -> tuple[Interval, ...]:
+    """The history as a status keeps it: only whole minutes that are over, each at
+    its average rates, equal neighbours joined, at most `MAX_PERSISTED` intervals
+    (so a queue's status changes at most once a minute)."""
+    step = PERSISTED_RESOLUTION_S
+    if not history:
+        return ()
+    until = math.floor(history[-1].end_s / step) * step
+    minutes: list[Interval] = []
+    for interval in history:
+        start = math.floor(interval.start_s / step) * step
+        while start < min(interval.end_s, until):
+            end = start + step
+            part = (min(interval.end_s, end) - max(interval.start_s, start)) / step
+            piece = Interval(start, end, interval.held.scaled(part), interval.capacity.scaled(part))
+            minutes.append(_added(minutes, piece))
+            start = end
+    joined: list[Interval] = []
+    for minute in minutes:
+        joined = list(extended(joined, minute, -math.inf))
+    while len(joined) > MAX_PERSISTED:
+        joined = _merge_shortest(joined)
+    return tuple(joined)
+
+
+def _added(minutes: list[Interval], piece: Interval) -> Interval:
+    """`piece`, plus what an interval before it put into the same minute (taken out)."""
+    if minutes and minutes[-1].start_s == piece.start_s:
+        before = minutes.pop()
+        return Interval(
+            piece.start_s, piece.end_s, before.held + piece.held, before.capacity + piece.capacity
         )
-        for queue in sorted(names)
-    }
-    return UsageState(queues, new_capacity, previous.allocated, previous.updated_s)
+    return piece
 
 
-def _queue_usage(
-    fractions: Amounts,
-    held: Resources,
-    old_capacity: Amounts,
-    new_capacity: Amounts,
-    timing: tuple[float, float, float],
+def queue_usage(
+    history: Sequence[Interval], now: float, since: float, params: TimeBasedFairness
 ) -> dict[str, float]:
-    """One queue: back from fractions to resource-seconds, decay, add, divide again."""
-    keep, elapsed_s, half_life_s = timing
-    usage: dict[str, float] = {}
-    for name, total in new_capacity.items():
-        before = fractions.get(name, 0.0) * old_capacity.get(name, 0.0)
-        after = before * keep + _integral(held[name], elapsed_s, half_life_s)
-        if total > 0 and after > 0:
-            usage[name] = min(after / total, 1.0)
-    return usage
+    """One queue's usage at `now` of the window that began at `since`."""
+    half_life = duration_seconds(params.halfLife)
+    used: dict[str, float] = {}
+    capacity: dict[str, float] = {}
+    for interval in history:
+        weight = _weight(max(interval.start_s, since), interval.end_s, now, half_life)
+        for name, amount in interval.held.items():
+            used[name] = used.get(name, 0.0) + amount * weight
+        for name, amount in interval.capacity.items():
+            capacity[name] = capacity.get(name, 0.0) + amount * weight
+    if params.normalization == "steady" and history:
+        first = history[0]
+        before = _weight(since, max(first.start_s, since), now, half_life)
+        for name, amount in first.capacity.items():
+            capacity[name] = capacity.get(name, 0.0) + amount * before
+    return {
+        name: min(amount / capacity[name], 1.0)
+        for name, amount in sorted(used.items())
+        if amount > 0 and capacity.get(name, 0.0) > 0
+    }
 
 
-def usage_from_queues(queues: Mapping[str, Amounts]) -> UsageState:
-    """The state after a restart: fractions as persisted, capacity taken as steady."""
-    return UsageState(queues={name: dict(amounts) for name, amounts in queues.items()})
+def advance_usage(previous: UsageState, now: float, params: TimeBasedFairness) -> UsageState:
+    """The usage at `now`: the interval since the last update, during which each
+    queue held what `previous.allocated` says of the cluster `previous.capacity`,
+    added to each queue's history, and every usage taken again over the window."""
+    since = window_start(params, now)
+    start = previous.updated_s if previous.updated_s is not None else now
+    names = sorted(set(previous.history) | set(previous.allocated))
+    idle = _idle(previous.history)
+    history = {}
+    for name in names:
+        held = previous.allocated.get(name, Resources())
+        interval = Interval(max(start, since), now, held, previous.capacity)
+        kept = extended(previous.history.get(name, idle), interval, since)
+        if kept:
+            history[name] = kept
+    queues = {name: queue_usage(kept, now, since, params) for name, kept in history.items()}
+    queues = {name: amounts for name, amounts in queues.items() if amounts}
+    return dataclasses.replace(previous, queues=queues, history=history, updated_s=now)
+
+
+def _idle(history: Mapping[str, Sequence[Interval]]) -> tuple[Interval, ...]:
+    """The longest history held at zero: a queue that starts to hold something
+    is normalised by the same capacity as the others (the cluster's, not its own)."""
+    longest = max(history.values(), key=len, default=())
+    return tuple(dataclasses.replace(i, held=Resources()) for i in longest)
+
+
+def usage_from_queues(
+    snapshot: Snapshot, history: Mapping[str, tuple[Interval, ...]]
+) -> UsageState:
+    """The state after a restart: each queue's history as persisted (its usage is
+    taken again over the window at once); a queue persisted with usage fractions
+    and no history keeps those fractions."""
+    fractions = {name: dict(node.usage) for name, node in snapshot.queues.nodes.items()}
+    return UsageState(queues=fractions, history=dict(history))
 
 
 def usage_until(
@@ -126,13 +240,56 @@ def usage_until(
     now: float,
     capacity: Resources,
 ) -> UsageState:
-    """Usage brought up to `now`: the interval since the last cycle integrated at
-    the rate the queues held since then (nothing to integrate after a restart);
-    `capacity` is what the queues share (`fairness.cluster_capacity`)."""
-    state = previous or usage_from_queues(
-        {name: node.usage for name, node in snapshot.queues.nodes.items()}
-    )
-    elapsed = 0.0 if state.updated_s is None else now - state.updated_s
-    half_life = duration_seconds(spec.timeBasedFairness.halfLife)
-    advanced = advance_usage(state, state.allocated, capacity, elapsed, half_life)
-    return dataclasses.replace(advanced, updated_s=now)
+    """Usage brought up to `now`: the interval since the last cycle integrated at the
+    rate the queues held since then (after a restart: the persisted history);
+    `capacity` is what the queues share now (`fairness.cluster_capacity`), the
+    rate of the cluster until the next cycle."""
+    state = previous or usage_from_queues(snapshot, persisted_history(snapshot))
+    params = spec.timeBasedFairness
+    if params.k == 0 or (state.updated_s is None and not state.history):
+        # Off: no decision reads usage, so none is recorded (what was persisted stays).
+        advanced = dataclasses.replace(state, updated_s=now)
+    else:
+        advanced = advance_usage(state, now, params)
+        if not advanced.history:
+            advanced = dataclasses.replace(advanced, queues=state.queues)
+    return dataclasses.replace(advanced, capacity=capacity)
+
+
+def persisted_history(snapshot: Snapshot) -> dict[str, tuple[Interval, ...]]:
+    """Each queue's history as its status last persisted it."""
+    return {
+        name: node.usage_history
+        for name, node in snapshot.queues.nodes.items()
+        if node.usage_history
+    }
+
+
+# ------------------------------------------------------- when to look again
+
+#: Usage that moved less than this since the last cycle is taken as settled.
+SETTLED = 1e-6
+#: Fair shares are looked at again this many times per half-life (or window).
+STEPS_PER_HALF_LIFE = 128
+
+
+def drift_step(spec: SchedulerConfigSpec) -> float:
+    """How long after a cycle usage may have moved enough to change a fair share:
+    a fraction of the half-life (of the window without decay), never less than
+    the cycle period."""
+    params = spec.timeBasedFairness
+    half_life = duration_seconds(params.halfLife)
+    span = half_life if half_life > 0 else duration_seconds(params.window)
+    return max(duration_seconds(spec.cyclePeriod), span / STEPS_PER_HALF_LIFE)
+
+
+def still_moving(before: UsageState | None, after: UsageState) -> bool:
+    """Whether some queue's usage moved since the last cycle (always, after a start)."""
+    if before is None or before.updated_s is None:
+        return True
+    names = set(before.queues) | set(after.queues)
+    for name in names:
+        old, new = before.queues.get(name, {}), after.queues.get(name, {})
+        if any(abs(new.get(r, 0.0) - old.get(r, 0.0)) > SETTLED for r in set(old) | set(new)):
+            return True
+    return False

@@ -11,7 +11,7 @@ to the models and the generated CRDs.
   `pending`/`bound`/`running` pod counts, `reason` while it waits, and the
   `Scheduled` and `Stale` conditions merged into the ones it has (`Valid`
   is kept as it is).
-- Queue: `allocated`, `requested`, `fairShare`, `usage`, `childQueues`,
+- Queue: `allocated`, `requested`, `fairShare`, `usage`, `usageHistory`, `childQueues`,
   `pendingWorkloads` and its `Valid` condition as the queue tree judges it.
   Amounts are keyed like `spec.resources` (`gpu` for `nvidia.com/gpu`) and
   written as quantities the CRD's int-or-string schema takes (`quantity`).
@@ -31,10 +31,11 @@ from kai_ray.decisions.cycle import CycleResult
 from kai_ray.decisions.fairness import leaf_requests, subtree_requests
 from kai_ray.decisions.plan import GroupStatus
 from kai_ray.decisions.stale import stale_condition
+from kai_ray.decisions.usage import to_persist
 from kai_ray.effects.reporting import merge_condition, problems_condition
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.lifecycle import WAITING_PHASES, GroupFacts, next_phase
-from kai_ray.state.queues import QUEUE, QueueNode, QueueTree
+from kai_ray.state.queues import QUEUE, QueueNode, QueueTree, UsageInterval
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.api import Condition, Phase
 from kai_ray.values.clock import rfc3339, unix_seconds
@@ -238,6 +239,7 @@ def queue_status(
         "requested": _amounts(asked, named, old.get("requested")),
         "fairShare": _amounts(result.fair_shares.get(name), named, old.get("fairShare")),
         "usage": usage_amounts(result.usage.queues.get(name, {}), old.get("usage")),
+        "usageHistory": usage_records(result.usage.history.get(name, ())),
         "childQueues": list(node.children),
         "pendingWorkloads": pending_workloads,
         "conditions": conditions,
@@ -291,6 +293,24 @@ def usage_amounts(
         for name, fraction in sorted(fractions.items())
     }
     return _with_removals(written, before)
+
+
+def usage_records(history: Sequence[UsageInterval]) -> list[JsonObject]:
+    """A queue's usage history as persisted (`usage.to_persist`: whole minutes over);
+    `kai_ray.state.queues` reads it back after a restart."""
+    return [
+        {
+            "start": rfc3339(interval.start_s),
+            "end": rfc3339(interval.end_s),
+            "held": _quantities(interval.held),
+            "capacity": _quantities(interval.capacity),
+        }
+        for interval in to_persist(history)
+    ]
+
+
+def _quantities(amounts: Resources) -> dict[str, int | str]:
+    return {short_name(name): quantity(name, amount) for name, amount in sorted(amounts.items())}
 
 
 def quantity(name: str, amount: float) -> int | str:

@@ -17,11 +17,26 @@ from pydantic import ValidationError
 
 from kai_ray.state.problems import object_ref, validation_problems
 from kai_ray.values.api import Queue, QueueSpec
+from kai_ray.values.clock import unix_seconds
 from kai_ray.values.errors import ObjectRef, Problem
-from kai_ray.values.resources import canonical_name, parse_amount
+from kai_ray.values.resources import Resources, canonical_name, parse_amount
 
 QUEUE = "Queue"
 PARENT_FIELD = "spec.parentQueue"
+
+
+@dataclass(frozen=True)
+class UsageInterval:
+    """From `start_s` to `end_s` a queue held `held`, of a cluster of `capacity`."""
+
+    start_s: float
+    end_s: float
+    held: Resources
+    capacity: Resources
+
+    @property
+    def length(self) -> float:
+        return self.end_s - self.start_s
 
 
 @dataclass(frozen=True)
@@ -34,6 +49,8 @@ class QueueNode:
     creation_timestamp: str
     #: Decayed, normalised usage by Kubernetes resource name (time-based fairness).
     usage: Mapping[str, float]
+    #: The usage history its status persisted (read once, after a restart).
+    usage_history: tuple[UsageInterval, ...] = ()
 
     @property
     def is_leaf(self) -> bool:
@@ -175,6 +192,7 @@ def _tree(queues: Mapping[str, Queue], usage: Mapping[str, Mapping[str, float]])
             depth=_depth(name, queues),
             creation_timestamp=queue.metadata.creationTimestamp or "",
             usage=_usage(queue, usage.get(name)),
+            usage_history=_usage_history(queue),
         )
     return QueueTree(MappingProxyType(nodes), tuple(children.get(None, ())))
 
@@ -186,6 +204,28 @@ def _depth(name: str, queues: Mapping[str, Queue]) -> int:
         depth += 1
         parent = queues[parent].spec.parentQueue
     return depth
+
+
+def _usage_history(queue: Queue) -> tuple[UsageInterval, ...]:
+    """The intervals the status persisted, oldest first (unreadable ones left out)."""
+    if queue.status is None:
+        return ()
+    intervals = []
+    for i, record in enumerate(queue.status.usageHistory):
+        start, end = unix_seconds(record.start), unix_seconds(record.end)
+        if start is None or end is None or end <= start:
+            continue
+        field = f"status.usageHistory[{i}]"
+        held = _parsed(record.held, f"{field}.held")
+        capacity = _parsed(record.capacity, f"{field}.capacity")
+        intervals.append(UsageInterval(start, end, held, capacity))
+    return tuple(sorted(intervals, key=lambda i: i.start_s))
+
+
+def _parsed(amounts: Mapping[str, Any], field: str) -> Resources:
+    return Resources(
+        {canonical_name(k): parse_amount(v, f"{field}.{k}") for k, v in amounts.items()}
+    )
 
 
 def _usage(queue: Queue, given: Mapping[str, float] | None) -> Mapping[str, float]:

@@ -178,11 +178,26 @@ class QueueStatus(ApiModel):
         description="Decayed historical usage, a fraction of the cluster's capacity; "
         "read back after a restart.",
     )
+    usageHistory: list[UsageRecord] = Field(
+        default_factory=list,
+        description="What the queue held inside the usage window, interval by interval "
+        "(times to the minute), with the cluster's capacity then; read back after a restart.",
+    )
     childQueues: list[str] = Field(default_factory=list)
     pendingWorkloads: int | None = Field(
         default=None, ge=0, description="Its PodGroups waiting to run, children included."
     )
     conditions: list[Condition] = Field(default_factory=list)
+
+
+class UsageRecord(ApiModel):
+    """One interval of a queue's usage history: from `start` to `end` it held `held`
+    of a cluster of `capacity` (amounts as quantities)."""
+
+    start: str = Field(description="RFC 3339.")
+    end: str = Field(description="RFC 3339.")
+    held: dict[str, Quantity] = Field(default_factory=dict)
+    capacity: dict[str, Quantity] = Field(default_factory=dict)
 
 
 class Queue(ApiModel):

@@ -9,9 +9,11 @@ CRD: like kube-scheduler's configuration, it changes with a rollout, not with
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Final, Literal
 
-from pydantic import Field
+from croniter import croniter
+from pydantic import Field, model_validator
 
 from kai_ray.values.api import ApiModel, Duration, ObjectMeta
 
@@ -31,11 +33,40 @@ def duration_seconds(text: str) -> float:
 
 
 class TimeBasedFairness(ApiModel):
-    """Decayed usage shifts over-quota weights: P = max(0, W + k*(W - U))."""
+    """Decayed usage shifts over-quota weights: P = max(0, W + k*(W - U)).
+    The window fields are KAI's `usageParams` (`windowSize` is `window` here)."""
 
     k: float = Field(default=0.0, ge=0, description="0 turns time-based fairness off.")
-    halfLife: Duration = Field(default="1h", description="Half-life of the usage decay.")
-    window: Duration = Field(default="168h", description="Usage older than this is dropped.")
+    halfLife: Duration = Field(
+        default="1h", description="Half-life of the usage decay; 0s: no decay (KAI's default)."
+    )
+    window: Duration = Field(
+        default="168h", description="Size of the usage window (KAI's windowSize)."
+    )
+    windowType: Literal["sliding", "tumbling", "cron"] = Field(
+        default="sliding",
+        description="sliding: the last `window`; tumbling: reset every `window` from "
+        "`tumblingWindowStartTime`; cron: reset whenever `cronString` fires.",
+    )
+    tumblingWindowStartTime: datetime | None = Field(
+        default=None, description="The first reset of a tumbling window (RFC 3339)."
+    )
+    cronString: str = Field(default="", description="When a cron window resets (5 fields).")
+    normalization: Literal["elapsed", "steady"] = Field(
+        default="elapsed",
+        description="elapsed (KAI's): usage over the capacity of the recorded part of the "
+        "window; steady: the part before the first record counts as idle capacity.",
+    )
+
+    @model_validator(mode="after")
+    def _window_is_whole(self) -> TimeBasedFairness:
+        if self.windowType == "tumbling" and self.tumblingWindowStartTime is None:
+            raise ValueError("windowType tumbling needs tumblingWindowStartTime")
+        if self.windowType == "cron" and not croniter.is_valid(self.cronString):
+            raise ValueError(f"windowType cron needs a valid cronString, not {self.cronString!r}")
+        if self.windowType != "cron" and duration_seconds(self.window) <= 0:
+            raise ValueError("window must be longer than 0s")
+        return self
 
 
 class RayBackend(ApiModel):

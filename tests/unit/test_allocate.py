@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
 from collections.abc import Sequence
@@ -182,11 +183,13 @@ def test_every_log_line_names_the_cycle(caplog: pytest.LogCaptureFixture) -> Non
 def test_the_cycle_returns_usage_for_the_next() -> None:
     queues = [make_queue("team-a").gpu(quota=4)]
     jobs = _singles("team-a", 2, 0)
-    first = _cycle([make_node("n1").gpus(4)], queues, jobs)
+    config = SchedulerConfig.model_validate({"spec": {"timeBasedFairness": {"k": 1}}})
+    first = _cycle([make_node("n1").gpus(4)], queues, jobs, config)
     assert first.usage.updated_s == 100.0
     assert first.usage.allocated["team-a"][GPU] == 2
-    later = UsageState(first.usage.queues, {GPU: 0.0}, first.usage.allocated, 0.0)
-    second = _cycle([make_node("n1").gpus(4)], queues, [], usage=later)
+    later = dataclasses.replace(first.usage, updated_s=0.0)
+    second = _cycle([make_node("n1").gpus(4)], queues, [], config, usage=later)
+    # team-a held 2 of 4 GPUs from 0 s to 100 s
     assert second.usage.queues["team-a"][GPU] == pytest.approx(0.5)
 
 

@@ -355,8 +355,9 @@ def test_a_resource_no_longer_held_is_removed_by_the_merge_patch() -> None:
 
 def test_usage_is_persisted_in_the_shape_the_queue_tree_reads_back() -> None:
     snapshot = Cluster().snapshot()
-    first = cycle(snapshot, now=1000.0)
-    later = run_cycle(snapshot, SchedulerConfig(), 2, 4600.0, first.usage)
+    config = SchedulerConfig.model_validate({"spec": {"timeBasedFairness": {"k": 1}}})
+    first = run_cycle(snapshot, config, 1, 1000.0)
+    later = run_cycle(snapshot, config, 2, 4600.0, first.usage)
     status = queue_status("team-a", snapshot, later, 0)
     assert float(status["usage"]["gpu"]) > 0
     queue = make_queue("team-a").gpu(8).build()
@@ -365,6 +366,9 @@ def test_usage_is_persisted_in_the_shape_the_queue_tree_reads_back() -> None:
     assert problems == []
     for resource, fraction in later.usage.queues["team-a"].items():
         assert tree["team-a"].usage[resource] == pytest.approx(fraction, abs=1e-9)
+    # the history, in whole minutes that are over (the first one in part held)
+    kept = tree["team-a"].usage_history
+    assert (kept[0].start_s, kept[-1].end_s) == (960.0, 4560.0)
 
 
 def test_a_queue_left_out_of_the_tree_gets_valid_false_and_nothing_else() -> None:

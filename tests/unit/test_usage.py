@@ -1,67 +1,128 @@
-"""Time-based fairness: decayed usage, normalised by decayed capacity."""
+"""Time-based fairness: usage over a window (sliding, tumbling, cron), decayed, normalised."""
 
 from __future__ import annotations
 
-import math
+import dataclasses
+from datetime import UTC, datetime
 
 import pytest
 
-from kai_ray.decisions.usage import UsageState, advance_usage, decay_factor, usage_from_queues
+from kai_ray.decisions.usage import (
+    MAX_INTERVALS,
+    UsageState,
+    advance_usage,
+    to_persist,
+    window_start,
+)
+from kai_ray.values.config import TimeBasedFairness
 from kai_ray.values.resources import GPU, Resources
 
 HOUR = 3600.0
 CLUSTER = Resources({GPU: 64})
+#: 2026-01-01T00:00:00Z, a Thursday.
+T0 = 1767225600.0
 
 
-def _hold(state: UsageState, queue: str, gpus: float, seconds: float) -> UsageState:
-    return advance_usage(state, {queue: Resources({GPU: gpus})}, CLUSTER, seconds, HOUR)
+def params(**fields: object) -> TimeBasedFairness:
+    return TimeBasedFairness.model_validate({"k": 1, **fields})
 
 
-@pytest.mark.parametrize(
-    ("elapsed", "expected"),
-    [
-        pytest.param(0.0, 1.0, id="nothing decays in no time"),
-        pytest.param(HOUR, 0.5, id="one half-life halves"),
-        pytest.param(3 * HOUR, 0.125, id="three half-lives leave an eighth"),
-    ],
-)
-def test_decay_factor(elapsed: float, expected: float) -> None:
-    assert decay_factor(elapsed, HOUR) == pytest.approx(expected)
+def hold(state: UsageState, seconds: float, p: TimeBasedFairness, **gpus: float) -> UsageState:
+    """`seconds` more during which each named queue holds its GPUs (the rest none)."""
+    start = T0 if state.updated_s is None else state.updated_s
+    ready = dataclasses.replace(
+        state,
+        allocated={q: Resources({GPU: n}) for q, n in gpus.items()},
+        updated_s=start,
+        capacity=CLUSTER,
+    )
+    return advance_usage(ready, start + seconds, p)
+
+
+def used(state: UsageState, queue: str) -> float:
+    return state.queues.get(queue, {}).get(GPU, 0.0)
 
 
 def test_a_queue_holding_half_the_cluster_for_long_tends_to_half() -> None:
-    state = UsageState(capacity={GPU: 0.0})
+    p, state = params(halfLife="1h"), UsageState()
     for _ in range(40):
-        state = _hold(state, "a", 32, HOUR)
-    assert state.queues["a"][GPU] == pytest.approx(0.5, rel=1e-6)
+        state = hold(state, HOUR, p, a=32)
+    assert used(state, "a") == pytest.approx(0.5, rel=1e-6)
 
 
-def test_from_a_fresh_start_usage_is_the_share_held_so_far() -> None:
-    state = _hold(UsageState(capacity={GPU: 0.0}), "a", 16, 10.0)
-    assert state.queues["a"][GPU] == pytest.approx(0.25)
+def test_by_default_usage_is_normalised_by_the_part_of_the_window_that_elapsed() -> None:
+    # KAI's normalisation: the whole cluster held for one second is a usage of 1.
+    state = hold(UsageState(), 1.0, params(halfLife="1h"), a=64)
+    assert used(state, "a") == pytest.approx(1.0)
 
 
-def test_after_a_restart_capacity_is_taken_as_steady_so_usage_moves_slowly() -> None:
-    restarted = usage_from_queues({"a": {GPU: 0.0}})
-    state = _hold(restarted, "a", 64, HOUR)
-    assert state.queues["a"][GPU] == pytest.approx(0.5)
-    assert state.capacity[GPU] == pytest.approx(64 * HOUR / math.log(2))
+def test_the_steady_normalisation_counts_the_window_before_the_first_record_as_idle() -> None:
+    p = params(halfLife="0s", window="100s", normalization="steady")
+    state = hold(UsageState(), 10.0, p, a=64)
+    assert used(state, "a") == pytest.approx(0.1)
 
 
-def test_idle_queue_usage_halves_every_half_life() -> None:
-    state = _hold(UsageState(capacity={GPU: 0.0}), "a", 64, 10 * HOUR)
-    before = state.queues["a"][GPU]
-    state = _hold(state, "a", 0, HOUR)
-    # usage halves while capacity keeps accruing, so the fraction falls below half
-    assert state.queues["a"][GPU] < before * 0.5 + 1e-9
+def test_a_sliding_window_forgets_what_left_it() -> None:
+    p = params(halfLife="0s", window="200s")
+    state = hold(UsageState(), 100.0, p, a=64)
+    state = hold(state, 100.0, p, b=64)
+    assert (used(state, "a"), used(state, "b")) == pytest.approx((0.5, 0.5))
+    state = hold(state, 100.0, p, b=64)
+    assert (used(state, "a"), used(state, "b")) == pytest.approx((0.0, 1.0))
 
 
-def test_zero_elapsed_changes_nothing() -> None:
-    state = _hold(UsageState(capacity={GPU: 0.0}), "a", 32, HOUR)
-    again = _hold(state, "a", 64, 0.0)
-    assert again.queues["a"][GPU] == pytest.approx(state.queues["a"][GPU])
+def test_a_queue_that_starts_late_is_normalised_by_the_cluster_history() -> None:
+    p = params(halfLife="0s")
+    state = hold(UsageState(), 100.0, p, a=64)
+    state = hold(state, 100.0, p, b=64)
+    assert used(state, "b") == pytest.approx(0.5)
 
 
-def test_without_a_half_life_usage_is_the_last_interval_only() -> None:
-    state = advance_usage(UsageState(), {"a": Resources({GPU: 16})}, CLUSTER, 60.0, 0.0)
-    assert state.queues["a"][GPU] == pytest.approx(0.25)
+def test_a_tumbling_window_starts_again_at_every_reset() -> None:
+    start = datetime.fromtimestamp(T0, UTC).isoformat()
+    p = params(halfLife="0s", window="100s", windowType="tumbling", tumblingWindowStartTime=start)
+    assert window_start(p, T0 + 250.0) == T0 + 200.0
+    state = hold(UsageState(), 150.0, p, a=64)  # the reset at 100 s forgets the first 100
+    state = hold(state, 40.0, p, b=64)
+    assert (used(state, "a"), used(state, "b")) == pytest.approx((50 / 90, 40 / 90))
+    state = hold(state, 20.0, p, b=64)  # past the reset at 200 s: only b's 10 s remain
+    assert (used(state, "a"), used(state, "b")) == pytest.approx((0.0, 1.0))
+
+
+def test_a_cron_window_starts_again_whenever_the_cron_fires() -> None:
+    p = params(halfLife="0s", windowType="cron", cronString="0 * * * *")
+    assert window_start(p, T0 + 1.5 * HOUR) == T0 + HOUR
+    state = hold(UsageState(), 0.9 * HOUR, p, a=64)
+    state = hold(state, 0.2 * HOUR, p, b=64)  # the hour struck at 1.0 h
+    assert (used(state, "a"), used(state, "b")) == pytest.approx((0.0, 1.0))
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        pytest.param({"windowType": "tumbling"}, "tumblingWindowStartTime", id="tumbling"),
+        pytest.param({"windowType": "cron", "cronString": "every day"}, "cronString", id="cron"),
+    ],
+)
+def test_a_window_type_without_its_setting_is_refused(fields: dict[str, str], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        params(**fields)
+
+
+def test_the_history_stays_short_and_keeps_the_usage() -> None:
+    p, state = params(halfLife="1h"), UsageState()
+    for i in range(3 * MAX_INTERVALS):
+        state = hold(state, 10.0, p, a=64 if i % 2 else 0)
+    assert len(state.history["a"]) <= MAX_INTERVALS
+    assert used(state, "a") == pytest.approx(0.5, abs=0.01)
+
+
+def test_the_persisted_history_gives_back_the_usage_after_a_restart() -> None:
+    p, state = params(halfLife="1h"), UsageState()
+    for minutes in (30, 45, 20):
+        state = hold(state, minutes * 60.0, p, a=64)
+        state = hold(state, minutes * 60.0, p, b=32)
+    persisted = {name: to_persist(kept) for name, kept in state.history.items()}
+    restarted = advance_usage(UsageState(history=persisted), state.updated_s or 0.0, p)
+    for queue in ("a", "b"):
+        assert used(restarted, queue) == pytest.approx(used(state, queue), abs=0.01)
