@@ -31,7 +31,9 @@ CONTEXT = [
 ]
 QUEUES = Queues("team", "dept")
 #: A field path as kai-ray writes it: `spec.x`, `metadata.annotations[...]`, `levels[0]`.
-NAMES_A_FIELD = re.compile(r"(metadata|spec|status|levels|subGroups|annotations)[.\[]|: (spec|metadata)\b")
+NAMES_A_FIELD = re.compile(
+    r"(metadata|spec|status|levels|subGroups|annotations)[.\[]|: (spec|metadata)\b"
+)
 HOSTILE = settings(
     max_examples=300,
     deadline=None,
