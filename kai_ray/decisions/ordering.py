@@ -132,8 +132,23 @@ class WaitingJobs:
 
     def __init__(self, candidates: Iterable[Candidate] = ()) -> None:
         self._by_queue: dict[str, list[Candidate]] = {}
+        #: Per queue: the `queue_key` last worked out, with the holdings and request it
+        #: was worked out from. Ledger holdings are immutable vectors, replaced when
+        #: they change, so the same objects mean the same key (the fair shares and
+        #: the tree do not change within a cycle).
+        self._keys: dict[str, tuple[Resources, Resources, tuple[object, ...]]] = {}
         for candidate in candidates:
             self.add(candidate)
+
+    def key_of(self, ledger: QueueLedger, name: str, request: Resources) -> tuple[object, ...]:
+        """`queue_key`, worked out again only when the queue's holdings or the request changed."""
+        held, kept = ledger.allocated.get(name), self._keys.get(name)
+        if held is None:
+            return queue_key(ledger, name, request)
+        if kept is None or kept[0] is not held or kept[1] is not request:
+            kept = (held, request, queue_key(ledger, name, request))
+            self._keys[name] = kept
+        return kept[2]
 
     def add(self, candidate: Candidate) -> None:
         bisect.insort(self._by_queue.setdefault(candidate.queue, []), candidate, key=job_key)
@@ -153,7 +168,7 @@ class WaitingJobs:
 def next_candidate(ledger: QueueLedger, waiting: WaitingJobs) -> Candidate | None:
     """The job to try next: down from the roots, best sibling at each level."""
     roots = ((root, _best_in(ledger, root, waiting)) for root in ledger.tree.roots)
-    return _pick(ledger, roots)
+    return _pick(ledger, waiting, roots)
 
 
 def take_next(ledger: QueueLedger, waiting: WaitingJobs) -> Candidate | None:
@@ -169,12 +184,14 @@ def _best_in(ledger: QueueLedger, name: str, waiting: WaitingJobs) -> Candidate 
     if node.is_leaf:
         return waiting.first(name)
     children = ((child, _best_in(ledger, child, waiting)) for child in node.children)
-    return _pick(ledger, children)
+    return _pick(ledger, waiting, children)
 
 
-def _pick(ledger: QueueLedger, options: Iterable[tuple[str, Candidate | None]]) -> Candidate | None:
+def _pick(
+    ledger: QueueLedger, waiting: WaitingJobs, options: Iterable[tuple[str, Candidate | None]]
+) -> Candidate | None:
     ranked = [
-        (queue_key(ledger, name, found.request), found)
+        (waiting.key_of(ledger, name, found.request), found)
         for name, found in options
         if found is not None
     ]

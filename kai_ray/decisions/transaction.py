@@ -17,7 +17,7 @@ what-if: a bound pod's resources and devices are given back to its node, as
 an entry of the same undo log (a removal), so rollback takes it back too;
 `binds()` lists only committed placements (the plan's evictions are the
 actions' `Evict` intents). `memo` holds per-cycle caches under typed keys (`MemoKey`); they
-depend only on the snapshot, never on what the transaction changed.
+depend only on the snapshot, or on the transaction's `version` when it is part of their key.
 Pure: no I/O.
 """
 
@@ -67,6 +67,14 @@ class CycleMemo:
         value: T = self._slots[slot]
         return value
 
+    def find(self, key: MemoKey[T], argument: Hashable) -> T | None:
+        """The value kept under `key` for `argument`, None when there is none."""
+        found: T | None = self._slots.get((key, argument))
+        return found
+
+    def keep(self, key: MemoKey[T], argument: Hashable, value: T) -> None:
+        self._slots[(key, argument)] = value
+
 
 @dataclass
 class Attempt:
@@ -92,6 +100,7 @@ class Placement:
 class _Undo:
     free_row: Matrix
     device_row: Matrix
+    version: int
 
 
 class Transaction:
@@ -109,13 +118,20 @@ class Transaction:
         self._domain_free: dict[LevelKey, Matrix] = {}
         self._undo: list[_Undo] = []
         self._committed = 0
+        #: Which state the transaction is in: a new number for every placement or
+        #: removal, and the number it had back when one is rolled back (rollback
+        #: restores exactly), so equal versions mean equal free resources and devices.
+        self.version = 0
+        self._serial = 0
 
     def checkpoint(self) -> int:
         return len(self.placements)
 
     def place(self, placement: Placement) -> None:
         node = placement.node
-        self._undo.append(_Undo(self.free[node].copy(), self.devices[node].copy()))
+        self._undo.append(_Undo(self.free[node].copy(), self.devices[node].copy(), self.version))
+        self._serial += 1
+        self.version = self._serial
         self.free[node] -= placement.taken
         amount = (placement.device_fraction or 1.0) * (-1.0 if placement.removal else 1.0)
         for index in placement.bind.gpu_devices:
@@ -138,6 +154,7 @@ class Transaction:
             placement, undo = self.placements.pop(), self._undo.pop()
             self.free[placement.node] = undo.free_row
             self.devices[placement.node] = undo.device_row
+            self.version = undo.version
             (self.removed if placement.removal else self.placed).pop(placement.bind.pod, None)
             self._node_changed(placement.node, placement.taken)
 

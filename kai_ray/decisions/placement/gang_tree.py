@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kai_ray.decisions.placement.equivalence import keep_failure, known_failure, signature
 from kai_ray.decisions.placement.gang import Context, PodSet, explain, place_set
 from kai_ray.decisions.placement.reasons import Code
 from kai_ray.decisions.transaction import Transaction
@@ -44,16 +45,22 @@ class GangOutcome:
 
 def place_gang(tx: Transaction, group: PodGroupState, config: SchedulerConfigSpec) -> GangOutcome:
     """The group's missing minimum, all or nothing: placed in the transaction when it
-    holds, and the transaction left as it was when not."""
-    tree = build_tree(tx, group, _minimum)
-    ctx = _context(tx, group, config)
-    mark = tx.checkpoint()
-    failure = place_set(ctx, tree, ctx.everywhere())
-    if failure is not None:
+    holds, and the transaction left as it was when not. A gang equivalent to one that
+    failed with the transaction as it is now fails the same way without a search
+    (`equivalence.py`)."""
+    key = signature(tx, group)
+    known = known_failure(tx, key)
+    if known is None:
+        tree = build_tree(tx, group, _minimum)
+        ctx = _context(tx, group, config)
+        mark = tx.checkpoint()
+        failure = place_set(ctx, tree, ctx.everywhere())
+        if failure is None:
+            return GangOutcome(Code.SUCCESS, placed=tx.checkpoint() - mark)
         tx.rollback(mark)
-        reason = f"gang of {group.spec.minMember} does not fit: {explain(ctx, failure)}"
-        return GangOutcome(failure.code, reason)
-    return GangOutcome(Code.SUCCESS, placed=tx.checkpoint() - mark)
+        render = lambda f: f"gang of {group.spec.minMember} does not fit: {explain(ctx, f)}"  # noqa: E731
+        known = keep_failure(tx, key, group, failure, render)
+    return GangOutcome(known.code, known.reason_for(group))
 
 
 def place_extras(

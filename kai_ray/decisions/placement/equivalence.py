@@ -1,0 +1,97 @@
+"""Equivalent gangs are judged once: a gang that did not fit, remembered until the cluster changes.
+
+Two gangs are equivalent when placement reads the same from both: the same
+minimum, minimum of subgroups and topology constraint, and pods alike, in
+order, in everything a filter, a fit or a score reads (requests, GPU share,
+node selector, affinity, tolerations). Only plain gangs have a signature: no
+subgroups, no nominated nodes, and every live pod pending and not placed this
+cycle (so no anchor, no member already held). Placement is a function of the
+transaction's state and of what the signature holds, so while the transaction
+is at the same `version` an equivalent gang fails the same way: the same code,
+and the same reason but for the key of the pod it names, which is the pod at
+the same position of the other gang. The reason is kept with NUL where that key
+goes (NUL is in no Kubernetes name or label, so it cannot be anything else).
+A property test (`tests/unit/test_equivalence.py`) holds cycles with this
+shortcut to cycles without it. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+from kai_ray.decisions.placement.reasons import Code, Failure
+from kai_ray.decisions.transaction import MemoKey, Transaction
+from kai_ray.state.groups import PodGroupState
+from kai_ray.state.pod_states import PodState
+
+#: Where the failing pod's key goes in a kept reason.
+POD_KEY = "\x00"
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    """How a gang did not fit: its code, its reason with `POD_KEY` for the key of
+    the pod the reason names, and that pod's position among the gang's live pods."""
+
+    code: Code
+    reason: str
+    pod_position: int | None
+
+    def reason_for(self, group: PodGroupState) -> str:
+        if self.pod_position is None:
+            return self.reason
+        return self.reason.replace(POD_KEY, group.live_pods()[self.pod_position].key)
+
+
+#: Per (transaction version, gang signature): how such a gang failed at that version.
+KNOWN_FAILURE = MemoKey[KnownFailure]("known gang failure")
+
+
+def signature(tx: Transaction, group: PodGroupState) -> Hashable | None:
+    """What placement reads from a plain gang; None for any other."""
+    spec = group.spec
+    if spec.subGroups or (group.status is not None and group.status.nominatedNodes):
+        return None
+    live = group.live_pods()
+    if any(pod.node is not None or pod.key in tx.placed for pod in live):
+        return None
+    pods = tuple(_pod_signature(pod) for pod in live)
+    return (spec.minMember, spec.minSubGroup, spec.topologyConstraint, pods)
+
+
+def _pod_signature(pod: PodState) -> Hashable:
+    return (
+        pod.requests,
+        pod.gpu_share,
+        pod.gpu_fraction,
+        pod.node_selector,
+        pod.node_affinity,
+        pod.tolerations,
+    )
+
+
+def known_failure(tx: Transaction, key: Hashable | None) -> KnownFailure | None:
+    return None if key is None else tx.memo.find(KNOWN_FAILURE, (tx.version, key))
+
+
+def keep_failure(
+    tx: Transaction,
+    key: Hashable | None,
+    group: PodGroupState,
+    failure: Failure,
+    render: Callable[[Failure], str],
+) -> KnownFailure:
+    """The failure as a `KnownFailure`, kept under the transaction's version (the
+    attempt rolled back: the version it started from) and the gang's signature.
+    A failure that names a pod deeper than its top (a subgroup's) is not kept."""
+    if failure.pod is None:
+        known = KnownFailure(failure.code, render(failure), None)
+    else:
+        position = next(i for i, pod in enumerate(group.live_pods()) if pod is failure.pod)
+        named = dataclasses.replace(failure, pod=dataclasses.replace(failure.pod, key=POD_KEY))
+        known = KnownFailure(failure.code, render(named), position)
+    if key is not None and failure.cause is None:
+        tx.memo.keep(KNOWN_FAILURE, (tx.version, key), known)
+    return known

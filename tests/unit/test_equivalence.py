@@ -1,0 +1,164 @@
+"""The cycle's shortcuts are exact: the same plan as the plain path, on random clusters.
+
+Two shortcuts are held to the plain path here, on clusters hypothesis draws
+(nodes of a few sizes in racks, a topology, team queues with quotas, running
+jobs of several priorities, some preemptible, and a backlog of waiting gangs
+drawn from a small palette of shapes so that equivalent gangs abound):
+- `placement/equivalence.py`: a gang equivalent to one that failed at the same
+  transaction version is not searched again (plain: every gang is searched);
+- `eviction.running_units` over the per-queue index of victim groups (plain:
+  every group of the snapshot looked at for every waiting job);
+- `WaitingJobs.key_of`, a queue's order key kept while its holdings and request
+  are the same objects (plain: `queue_key` worked out at every pick).
+The plain path is the same cycle with the shortcut switched off; the two plans
+must be equal field by field, statuses and reasons included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kai_ray.decisions import eviction, preempt, reclaim
+from kai_ray.decisions.admission import is_preemptible
+from kai_ray.decisions.context import CycleContext
+from kai_ray.decisions.cycle import run_cycle
+from kai_ray.decisions.ordering import WaitingJobs, group_priority, queue_key
+from kai_ray.decisions.placement import gang_tree
+from kai_ray.decisions.plan import Plan
+from kai_ray.decisions.runtime import Protection
+from kai_ray.decisions.victims import VictimUnit
+from kai_ray.state.snapshot import ClusterObjects, build_snapshot
+from kai_ray.values.clock import SIM_EPOCH_S
+from kai_ray.values.config import SchedulerConfig
+from tests.builders import make_node, make_pod, make_pod_group, make_queue, make_topology
+
+TEAMS = ("team-a", "team-b", "team-c")
+#: (pods, GPUs each, rack required, node selector) of a waiting gang.
+SHAPES = (
+    (1, 1, False, False),
+    (1, 4, False, False),
+    (1, 8, False, True),
+    (2, 8, False, False),
+    (2, 8, True, False),
+    (2, 4, True, False),
+    (3, 8, True, False),
+    (3, 8, False, False),
+    (4, 2, True, True),
+)
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> ClusterObjects:
+    node_count = draw(st.integers(2, 10))
+    nodes = []
+    for i in range(node_count):
+        node = make_node(f"n{i}").gpus(draw(st.sampled_from((4, 8)))).in_domains(rack=f"r{i % 3}")
+        nodes.append(node.label("pool", "a" if i % 2 else "b").build())
+    queues = [make_queue("root").build()]
+    for team in TEAMS:
+        quota = draw(st.integers(0, 16))
+        queues.append(make_queue(team).parent("root").gpu(quota=quota).build())
+    pods: list[dict[str, Any]] = []
+    groups: list[dict[str, Any]] = []
+    for j in range(draw(st.integers(0, 2 * node_count))):
+        name, node = f"run-{j}", nodes[draw(st.integers(0, node_count - 1))]["metadata"]["name"]
+        group = make_pod_group(name).queue(draw(st.sampled_from(TEAMS))).min_member(1)
+        if draw(st.booleans()):
+            group = group.priority_class("build")  # not preemptible
+        groups.append(group.created(j).build())
+        pod = make_pod(f"{name}-0").gpus(draw(st.sampled_from((1, 2, 4)))).group(name)
+        pods.append(pod.priority(draw(st.sampled_from((0, 10)))).on(node).build())
+    for j in range(draw(st.integers(0, 25))):
+        size, gpus, rack, selector = draw(st.sampled_from(SHAPES))
+        name, priority = f"wait-{j}", draw(st.sampled_from((0, 10, 20)))
+        group = make_pod_group(name).queue(draw(st.sampled_from(TEAMS))).min_member(size)
+        if rack:
+            group = group.topology("dc", required="rack")
+        groups.append(group.created(100 + draw(st.integers(0, 5))).build())
+        for k in range(size):
+            pod = make_pod(f"{name}-{k}").gpus(gpus).group(name).priority(priority)
+            if selector:
+                pod = pod.set("spec.nodeSelector", {"pool": "a"})
+            pods.append(pod.build())
+    topology = make_topology("dc", "rack").hostname().build()
+    return ClusterObjects(
+        nodes=nodes, pods=pods, pod_groups=groups, queues=queues, topologies=[topology]
+    )
+
+
+def plain_running_units(
+    ctx: CycleContext,
+    may_take: Callable[[str], bool],
+    protection: Protection,
+    below: int | None = None,
+) -> list[VictimUnit]:
+    """Every group of the snapshot looked at, as before the per-queue index."""
+    units: list[VictimUnit] = []
+    for group in ctx.snapshot.pod_groups.values():
+        priority = group_priority(group)
+        if not is_preemptible(group, priority) or not may_take(group.queue):
+            continue
+        if below is not None and priority >= below:
+            continue
+        if any(p.scheduler != ctx.config.schedulerName for p in group.live_pods()):
+            continue
+        if not group.seen_whole:
+            continue
+        for unit in eviction._units_of(ctx.transaction, group, priority):
+            untouched = not any(p.key in ctx.transaction.removed for p in unit.pods)
+            if untouched and not protection.protects(unit):
+                units.append(unit)
+    return units
+
+
+@pytest.fixture
+def plain_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bool], None]]:
+    """Switches the shortcuts off (True) or back on (False)."""
+    originals = (
+        gang_tree.signature,
+        preempt.running_units,
+        reclaim.running_units,
+        WaitingJobs.key_of,
+    )
+
+    def switch(plain: bool) -> None:
+        signature, preempt_units, reclaim_units, key_of = originals
+        if plain:
+            signature = lambda tx, group: None  # noqa: E731
+            preempt_units = reclaim_units = plain_running_units
+            key_of = lambda waiting, ledger, name, request: queue_key(ledger, name, request)  # noqa: E731
+        monkeypatch.setattr(WaitingJobs, "key_of", key_of)
+        monkeypatch.setattr(gang_tree, "signature", signature)
+        monkeypatch.setattr(preempt, "running_units", preempt_units)
+        monkeypatch.setattr(reclaim, "running_units", reclaim_units)
+
+    yield switch
+
+
+def _plan(objects: ClusterObjects) -> Plan:
+    return run_cycle(build_snapshot(objects), SchedulerConfig(), 1, SIM_EPOCH_S).plan
+
+
+def _fields(plan: Plan) -> tuple[object, ...]:
+    statuses = list(plan.statuses)
+    return (plan.binds, plan.evictions, plan.nominations, statuses, plan.wake_at)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(objects=clusters())
+def test_a_cycle_with_its_shortcuts_plans_what_the_plain_path_plans(
+    plain_path: Callable[[bool], None], objects: ClusterObjects
+) -> None:
+    plain_path(True)
+    plain = _plan(objects)
+    plain_path(False)
+    assert _fields(_plan(objects)) == _fields(plain)
