@@ -1,6 +1,6 @@
 """Fair share: how much of each resource every queue deserves this cycle.
 
-Per resource, top-down through the queue tree (DESIGN.md section 2). At each
+Per resource, top-down through the queue tree (docs/architecture.md section 2). At each
 level, with the parent's share as the total:
 1. every queue gets `deserved = min(quota, requested, limit)`;
 2. the rest goes by priority bucket, highest first, and inside a bucket by

@@ -1,6 +1,6 @@
 """Which waiting job goes next: queue order across the tree, job order inside a queue.
 
-Queue order (DESIGN.md section 2, KAI's proportion plugin), compared between
+Queue order (docs/architecture.md section 2, KAI's proportion plugin), compared between
 siblings at every level of the tree, each sibling judged with the job it would
 send next added to what it holds:
 1. queues not over their fair share (in any resource) first;

@@ -1,6 +1,6 @@
 """What the simulator records about jobs, bindings and queues, in report form.
 
-Field names are those of the report contract (DESIGN.md section 5). No I/O.
+Field names are those of the report contract (docs/architecture.md section 5). No I/O.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The simulator's report: the JSON of DESIGN.md section 5, and its summary.
+"""The simulator's report: the JSON of docs/architecture.md section 5, and its summary.
 
 Builds plain dicts from the engine's records; writing the file is left to the
 caller. Pure: no I/O.

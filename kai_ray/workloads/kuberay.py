@@ -1,4 +1,4 @@
-"""KubeRay `ray.io/v1` RayCluster and RayJob as gangs (DESIGN.md section 3).
+"""KubeRay `ray.io/v1` RayCluster and RayJob as gangs (docs/architecture.md section 3).
 
 The gang is the head plus, for each worker group, `minReplicas` (or `replicas`
 when the minimum is 0) times `numOfHosts` pods; worker groups become subgroups

@@ -3,7 +3,7 @@
 Pods are handled as the dicts the API server returns (no pydantic model: a
 cluster holds tens of thousands of them and the snapshot reads them every
 cycle). Requests follow kube-scheduler's rules, GPU sharing follows kai-ray's
-annotations (DESIGN.md section 2). Errors raise `InvalidFieldError` naming the
+annotations (docs/architecture.md section 2). Errors raise `InvalidFieldError` naming the
 field. Pure: no I/O, and nothing here mutates a pod.
 """
 

@@ -1,4 +1,4 @@
-"""Queue order and job order: who goes next, as DESIGN.md section 2 says."""
+"""Queue order and job order: who goes next, as docs/architecture.md section 2 says."""
 
 from __future__ import annotations
 

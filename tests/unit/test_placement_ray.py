@@ -1,7 +1,7 @@
 """The Ray backend returns the local backend's plan exactly, on generated clusters.
 
 Starts one local Ray (2 CPUs) for the module: about 4 s, see
-shared/reference/ray-kopf-kuberay-grove.md section 2.7.
+measurements of the Ray backend (docs/placement.md).
 """
 
 from __future__ import annotations
