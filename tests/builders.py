@@ -294,6 +294,12 @@ class PodBuilder(_PodSpecBuilder):
         self._obj["spec"].setdefault("schedulingGates", []).append({"name": name})
         return self
 
+    def controlled_by(self, kind: str, name: str) -> Self:
+        """A controlling owner (a Job, a ReplicaSet): it makes the pod again when evicted."""
+        owner = {"apiVersion": "v1", "kind": kind, "name": name, "uid": f"uid-{name}"}
+        self._obj["metadata"]["ownerReferences"] = [owner | {"controller": True}]
+        return self
+
 
 def make_pod(name: str, namespace: str = "default") -> PodBuilder:
     return PodBuilder(name, namespace)

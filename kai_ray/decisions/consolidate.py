@@ -10,7 +10,9 @@ For each gang still waiting for its minimum after the actions before this one
    in total, yet not fit on any set of nodes as they are: fragmentation, not
    shortage (taking resources back is reclaim's and preempt's business);
 2. the movable gangs: this scheduler's, running whole (at least their minimum
-   bound), of any queue, preemptible, untouched by this cycle so far; ordered by the free GPUs
+   bound), of any queue, preemptible, every pod with a controller that makes it
+   again (a bare pod evicted is gone for good: a move would destroy its work),
+   untouched by this cycle so far; ordered by the free GPUs
    of the emptiest node they sit on (moving them empties whole nodes first),
    then the smaller first;
 3. inside the transaction, release the first k movable gangs (k = 1 up to
@@ -117,10 +119,13 @@ def movable_gangs(ctx: CycleContext, target: PodGroupState) -> list[PodGroupStat
 
 def _movable(ctx: CycleContext, group: PodGroupState, touched: set[str]) -> bool:
     bound = group.bound
-    ours = all(pod.scheduler == ctx.config.schedulerName for pod in group.live_pods())
-    known = ours and group.seen_whole
+    live = group.live_pods()
+    ours = all(pod.scheduler == ctx.config.schedulerName for pod in live)
+    # A move evicts the pods for their controller to create again; a bare pod has none.
+    recreated = all(pod.controlled for pod in live)
+    known = ours and recreated and group.seen_whole
     whole = len(bound) >= max(group.spec.minMember, 1)
-    untouched = not any(pod.key in touched for pod in group.live_pods())
+    untouched = not any(pod.key in touched for pod in live)
     return known and whole and untouched and is_preemptible(group, group_priority(group))
 
 

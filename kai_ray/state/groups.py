@@ -57,6 +57,10 @@ class PodGroupState:
     bound_requests: Resources = field(init=False, repr=False, compare=False)
     #: The highest priority resolved onto any member (0 without members).
     pod_priority: int = field(init=False, repr=False, compare=False)
+    #: The members that ran to completion: they did their part, and count towards
+    #: the minimum as bound members do (a gang whose first pods finished before the
+    #: rest were bound is not short of them).
+    succeeded: tuple[PodState, ...] = field(init=False, repr=False, compare=False)
     #: The pending pods that would complete the minimum, as placement picks them.
     missing: tuple[PodState, ...] = field(init=False, repr=False, compare=False)
 
@@ -70,7 +74,9 @@ class PodGroupState:
         object.__setattr__(self, "live_requests", total_requests(live))
         object.__setattr__(self, "bound_requests", total_requests(bound))
         object.__setattr__(self, "pod_priority", max((p.priority for p in self.pods), default=0))
-        short = max(self.spec.minMember - len(bound), 0)
+        succeeded = tuple(pod for pod in self.pods if pod.phase == "Succeeded")
+        object.__setattr__(self, "succeeded", succeeded)
+        short = max(self.spec.minMember - len(bound) - len(succeeded), 0)
         object.__setattr__(self, "missing", pending[:short])
 
     @property

@@ -25,6 +25,7 @@ from kai_ray.workloads.pod_fields import (
     pod_creation_timestamp,
     pod_gpu_devices,
     pod_group_name,
+    pod_has_controller,
     pod_is_terminal,
     pod_key,
     pod_name,
@@ -73,6 +74,8 @@ class PodState:
     #: Required node affinity: any one term holds (each term: all its requirements).
     node_affinity: tuple[NodeSelectorTerm, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    #: A controller recreates the pod when it is evicted (`pod_has_controller`).
+    controlled: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -121,6 +124,7 @@ class PodState:
             self.node_selector,
             self.node_affinity,
             self.tolerations,
+            self.controlled,
         )
 
 
@@ -188,6 +192,7 @@ def read_pod(pod: Mapping[str, Any], problems: list[Problem]) -> PodState | None
         node_selector=selector,
         node_affinity=affinity,
         tolerations=tolerations,
+        controlled=pod_has_controller(pod),
     )
 
 

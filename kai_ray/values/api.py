@@ -307,6 +307,18 @@ class PodGroupSpec(ApiModel):
                 raise ValueError(f"subGroups[{i}].name: {group.name!r} is used twice")
             if group.parent is not None and group.parent not in names:
                 raise ValueError(f"subGroups[{i}].parent: no subgroup named {group.parent!r}")
+        parents = {g.name: g.parent for g in self.subGroups}
+        rooted: set[str] = set()
+        for i, group in enumerate(self.subGroups):
+            chain: dict[str, None] = {}
+            name: str | None = group.name
+            while name is not None and name not in rooted and name not in chain:
+                chain[name] = None
+                name = parents[name]
+            if name is not None and name in chain:
+                loop = " -> ".join([*list(chain)[list(chain).index(name) :], name])
+                raise ValueError(f"subGroups[{i}].parent: subgroups form a cycle ({loop})")
+            rooted.update(chain)
         if self.minSubGroup is not None and self.minSubGroup > len(self.subGroups):
             raise ValueError(
                 f"minSubGroup: {self.minSubGroup} is more than the {len(self.subGroups)} subgroups"

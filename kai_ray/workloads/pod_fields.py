@@ -85,6 +85,13 @@ def pod_phase(pod: Pod) -> str:
     return str((pod.get("status") or {}).get("phase") or "Pending")
 
 
+def pod_has_controller(pod: Pod) -> bool:
+    """An owner reference marked `controller: true`: something recreates the pod
+    when it is evicted (a Job, a ReplicaSet, KubeRay). A bare pod evicted is gone."""
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or ()
+    return any(isinstance(o, Mapping) and o.get("controller") is True for o in owners)
+
+
 def pod_is_terminal(pod: Pod) -> bool:
     """Succeeded or Failed pods hold no resources; a deleting pod still does."""
     return pod_phase(pod) in TERMINAL_PHASES

@@ -29,6 +29,8 @@ class Gang:
     queue: str = "team"
     scheduler: str = "kai-ray"
     min_member: int | None = None
+    #: Its pods have a controller that makes them again (only such gangs move).
+    controlled: bool = True
 
     def objects(self, created: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         minimum = len(self.nodes) if self.min_member is None else self.min_member
@@ -37,6 +39,7 @@ class Gang:
         for i, node in enumerate(self.nodes):
             pod = make_pod(f"{self.name}-{i}").group(self.name).gpus(self.gpus)
             pod = pod.priority(self.priority).scheduler(self.scheduler).created(created)
+            pod = pod.controlled_by("ReplicaSet", self.name) if self.controlled else pod
             pods.append((pod.on(node).phase("Running") if node else pod).build())
         return group.created(created).build(), pods
 
@@ -110,6 +113,17 @@ CASES = [
             ],
         ),
         id="another scheduler's pods are never moved",
+    ),
+    pytest.param(
+        Case(
+            2,
+            [
+                Gang("a", 4, ["n0"], controlled=False),
+                Gang("b", 4, ["n1"], controlled=False),
+                Gang("big", 8, [None]),
+            ],
+        ),
+        id="bare pods, which nothing makes again, are never moved",
     ),
     pytest.param(
         Case(

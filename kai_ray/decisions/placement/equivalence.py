@@ -58,7 +58,8 @@ def signature(tx: Transaction, group: PodGroupState) -> Hashable | None:
     if any(pod.node is not None or pod.key in tx.placed for pod in live):
         return None
     pods = tuple(_pod_signature(pod) for pod in live)
-    return (spec.minMember, spec.minSubGroup, spec.topologyConstraint, pods)
+    done = len(group.succeeded)
+    return (spec.minMember - done, spec.minSubGroup, spec.topologyConstraint, pods)
 
 
 def _pod_signature(pod: PodState) -> Hashable:

@@ -103,7 +103,13 @@ def _one_step(pod: PodState) -> Pick:
 
 
 def _minimum_holds(tx: Transaction, group: PodGroupState) -> bool:
-    return sum(1 for p in group.live_pods() if _holds(tx, group, p)) >= group.spec.minMember
+    held = sum(1 for p in group.live_pods() if _holds(tx, group, p))
+    return held + len(group.succeeded) >= group.spec.minMember
+
+
+def _done(group: PodGroupState, subgroup: str | None) -> int:
+    """Members of `subgroup` that ran to completion: they count as held."""
+    return sum(1 for p in group.succeeded if p.subgroup == subgroup)
 
 
 def _holds(tx: Transaction, group: PodGroupState, pod: PodState) -> bool:
@@ -126,7 +132,7 @@ def build_tree(tx: Transaction, group: PodGroupState, pick: Pick) -> PodSet:
     known = {s.name for s in spec.subGroups}
     subsets = [_subset(tx, group, s, live, pick) for s in spec.subGroups if s.parent is None]
     ungrouped = [p for p in live if p.subgroup not in known]
-    held = sum(_holds(tx, group, p) for p in live)
+    held = sum(_holds(tx, group, p) for p in live) + len(group.succeeded)
     short = spec.minMember - held - _missing_total(tx, group, live)
     root = _set(tx, group, None, ungrouped, (max(short, 0), spec.topologyConstraint), pick)
     root.children = subsets
@@ -142,7 +148,8 @@ def _subset(
     tx: Transaction, group: PodGroupState, sub: SubGroup, live: tuple[PodState, ...], pick: Pick
 ) -> PodSet:
     own = [p for p in live if p.subgroup == sub.name]
-    missing = max(sub.minMember - sum(_holds(tx, group, p) for p in own), 0)
+    held = sum(_holds(tx, group, p) for p in own) + _done(group, sub.name)
+    missing = max(sub.minMember - held, 0)
     pod_set = _set(tx, group, sub.name, own, (missing, sub.topologyConstraint), pick)
     children = [c for c in group.spec.subGroups if c.parent == sub.name]
     pod_set.children = [_subset(tx, group, c, live, pick) for c in children]
@@ -184,5 +191,5 @@ def _missing_total(tx: Transaction, group: PodGroupState, live: tuple[PodState, 
     total = 0
     for sub in group.spec.subGroups:
         held = sum(_holds(tx, group, p) for p in live if p.subgroup == sub.name)
-        total += max(sub.minMember - held, 0)
+        total += max(sub.minMember - held - _done(group, sub.name), 0)
     return total
