@@ -8,7 +8,9 @@
 - `KubeWriter`: the binder's writer protocol on the API (Binding, Eviction,
   gate lifts, PodGroup status, Events), mapping API errors to retry or not;
 - `LeaseElector`: leader election on a `coordination.k8s.io` Lease;
-- small reads and writes the operator needs (PodGroups, statuses, suspend).
+- small reads and writes the operator needs (PodGroups, statuses, suspend);
+- `read_cluster` and `object_events`: one read of every watched kind, and the
+  Events of one object, for the commands that only look (`explain`, `snapshot`).
 
 Everything else in kai-ray is handed plain objects and never imports the client.
 """
@@ -16,6 +18,7 @@ Everything else in kai-ray is handed plain objects and never imports the client.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -33,7 +36,7 @@ from kai_ray.decisions.stale import stale_condition
 from kai_ray.effects.binder import DONE, Outcome, WriteResult
 from kai_ray.effects.reporting import merge_condition
 from kai_ray.values.api import GROUP, VERSION
-from kai_ray.values.errors import ObjectRef
+from kai_ray.values.errors import ObjectRef, UnavailableError
 
 LOG = logging.getLogger("kai_ray.kube")
 Obj = dict[str, Any]
@@ -241,6 +244,75 @@ def _events(response: Any) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
     finally:
         response.response.release_conn()
+
+
+# ------------------------------------------------------------ one-off reads
+
+
+class ClusterReadError(UnavailableError):
+    """The cluster cannot be read: no kubeconfig, unreachable, or a refusal; one line."""
+
+
+def read_cluster(kubeconfig: str | None, kinds: tuple[Kind, ...] = WATCHED) -> dict[str, list[Obj]]:
+    """Every object of `kinds`, listed once, by kind. A kind whose API is not
+    installed (KubeRay absent) is empty; anything else that stops a list raises
+    ClusterReadError."""
+    rest = _reader(kubeconfig)
+    return {kind.kind: _list_all(rest, kind) for kind in kinds}
+
+
+def object_events(kubeconfig: str | None, namespace: str, kind: str, name: str) -> list[Obj]:
+    """The Events about one object, oldest first."""
+    rest = _reader(kubeconfig)
+    selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+    path = f"/api/v1/namespaces/{namespace}/events"
+    events = _guarded(rest, functools.partial(rest.call, "GET", path, {"fieldSelector": selector}))
+    items: list[Obj] = list(events.get("items") or [])
+    return sorted(items, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
+
+def _reader(kubeconfig: str | None) -> Rest:
+    try:
+        return connect(kubeconfig, pool_size=2)
+    except Exception as err:  # the client raises several kinds for a bad or missing file
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise ClusterReadError(f"cannot load the kubeconfig {where}: {err}") from None
+
+
+def _list_all(rest: Rest, kind: Kind) -> list[Obj]:
+    items: list[Obj] = []
+    token: str | None = None
+    while True:
+        query = {"limit": 1000, "continue": token}
+        try:
+            page = _guarded(rest, functools.partial(rest.call, "GET", kind.path(), query))
+        except ClusterReadError as err:
+            if isinstance(err.__cause__, ApiError) and err.__cause__.status == 404:
+                return []  # the kind's API is not installed here
+            raise
+        for item in page.get("items") or []:
+            item.setdefault("kind", kind.kind)
+            item.setdefault("apiVersion", kind.api_version)
+            items.append(item)
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+
+
+def _guarded(rest: Rest, request: Callable[[], Any]) -> Any:
+    """The request's answer; a refusal or an unreachable server as ClusterReadError."""
+    host = rest.api.configuration.host
+    try:
+        return request()
+    except ApiError as err:
+        raise ClusterReadError(f"{host} refused: {err.status} {err.reason}") from err
+    except Exception as err:  # urllib3 and socket errors: the server cannot be reached
+        raise ClusterReadError(f"cannot reach the API server {host}: {_first_line(err)}") from err
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
 
 
 # ------------------------------------------------------------------ writing

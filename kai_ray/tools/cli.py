@@ -1,9 +1,11 @@
-"""The `kai-ray` command line: `simulate`, `operator`, `snapshot`, `crds`, `version`.
+"""The `kai-ray` command line: `simulate`, `operator`, `snapshot`, `explain`, `crds`, `version`.
 
 Argument parsing and exit codes only; the work is done by the simulator and
 the CRD generator. Exit statuses: 0 done; 2 invalid input (one line naming the
 file, the object and the field, never a traceback); 3 a scheduling invariant
-was broken during a simulation (one line: the cycle, the object, the rule).
+was broken during a simulation (one line: the cycle, the object, the rule); 1
+what a command needs cannot be had (a cluster that cannot be read, an object
+that is not there; one line).
 """
 
 from __future__ import annotations
@@ -14,14 +16,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kai_ray import __version__
-from kai_ray.values.errors import InvalidObjectError
+from kai_ray.tools.live_commands import (
+    add_explain_parser,
+    add_live_options,
+    explain_command,
+    live_snapshot_command,
+)
+from kai_ray.values.errors import InvalidObjectError, UnavailableError
 
 EXIT_INVALID_INPUT = 2
 EXIT_INVARIANT_BROKEN = 3
+EXIT_UNAVAILABLE = 1
 
 
-def _add_inputs(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("inputs", nargs="+", type=Path, help="YAML files or folders")
+def _add_inputs(parser: argparse.ArgumentParser, nargs: str = "+") -> None:
+    parser.add_argument("inputs", nargs=nargs, type=Path, help="YAML files or folders")
     parser.add_argument(
         "--trace",
         action="append",
@@ -108,10 +117,12 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _simulate_parser(commands)
     snapshot = commands.add_parser(
-        "snapshot", help="write the whole simulator input as one normalised YAML file"
+        "snapshot", help="write the whole simulator input as one YAML file, from files or a cluster"
     )
-    _add_inputs(snapshot)
+    _add_inputs(snapshot, nargs="*")
     snapshot.add_argument("-o", "--output", type=Path, required=True)
+    add_live_options(snapshot, "read this live cluster instead of files")
+    add_explain_parser(commands)
     _operator_parser(commands)
     crds = commands.add_parser("crds", help="write the CRDs generated from the API models")
     crds.add_argument("--output", type=Path, default=Path("crds"))
@@ -139,8 +150,12 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _snapshot(args: argparse.Namespace) -> int:
+    if args.kubeconfig is not None:
+        return live_snapshot_command(args)
     from kai_ray.sim.run import write_snapshot
 
+    if not args.inputs:
+        raise UnavailableError("snapshot: give input files, or --kubeconfig to read a cluster")
     return write_snapshot(args.inputs, args.trace, args.output)
 
 
@@ -186,6 +201,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _snapshot(args)
     if args.command == "crds":
         return _crds(args)
+    if args.command == "explain":
+        return explain_command(args)
     print(__version__)
     return 0
 
@@ -204,6 +221,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InvariantViolation as err:
         print(f"kai-ray: invariant broken: {err}", file=sys.stderr)
         return EXIT_INVARIANT_BROKEN
+    except UnavailableError as err:
+        print(f"kai-ray: {err}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
 
 
 if __name__ == "__main__":

@@ -53,3 +53,8 @@ class InvalidObjectError(ValueError):
     def __init__(self, problems: Sequence[Problem]) -> None:
         super().__init__("; ".join(str(p) for p in problems))
         self.problems = tuple(problems)
+
+
+class UnavailableError(Exception):
+    """What a command needs cannot be had: a cluster that cannot be read, an object
+    that is not there. Its text is one line for a person, never a traceback."""
