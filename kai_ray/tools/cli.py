@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kai_ray import __version__
+from kai_ray.tools.migrate import add_migrate_parser, migrate_command
 from kai_ray.tools.live_commands import (
     add_explain_parser,
     add_live_options,
@@ -124,6 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     add_live_options(snapshot, "read this live cluster instead of files")
     add_explain_parser(commands)
     _operator_parser(commands)
+    add_migrate_parser(commands)
     crds = commands.add_parser("crds", help="write the CRDs generated from the API models")
     crds.add_argument("--output", type=Path, default=Path("crds"))
     commands.add_parser("version", help="print the version")
@@ -201,6 +203,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _snapshot(args)
     if args.command == "crds":
         return _crds(args)
+    if args.command == "migrate":
+        return migrate_command(args)
     if args.command == "explain":
         return explain_command(args)
     print(__version__)

@@ -21,6 +21,8 @@ TOPOLOGY_ANNOTATION = "kai-ray.io/topology"
 TOPOLOGY_REQUIRED_ANNOTATION = "kai-ray.io/topology-required"
 TOPOLOGY_PREFERRED_ANNOTATION = "kai-ray.io/topology-preferred"
 GPU_FRACTION_ANNOTATION = "kai-ray.io/gpu-fraction"
+#: KAI's key; the same meaning (a share of one device), so KubeRay's KAI samples run as written.
+GPU_FRACTION_ANNOTATION_ALIASES = ("gpu-fraction",)
 GPU_MEMORY_ANNOTATION = "kai-ray.io/gpu-memory"
 #: Written by the binder: the device indices a pod was given, "0" or "0,1".
 GPU_DEVICES_ANNOTATION = "kai-ray.io/gpu-devices"

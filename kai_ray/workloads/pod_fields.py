@@ -19,6 +19,7 @@ from kai_ray.values.errors import InvalidFieldError
 from kai_ray.values.names import (
     GPU_DEVICES_ANNOTATION,
     GPU_FRACTION_ANNOTATION,
+    GPU_FRACTION_ANNOTATION_ALIASES,
     GPU_MEMORY_ANNOTATION,
     POD_GROUP_ANNOTATION,
     POD_GROUP_ANNOTATION_ALIASES,
@@ -235,25 +236,28 @@ def gpu_share(pod: Pod) -> GpuShare | None:
 
     A fraction lies in (0, 1]; 1 is accepted and fills one device, so a manifest
     that scales its fraction up to a full device keeps working. A share excludes
-    whole `nvidia.com/gpu` requests: the pod must say one or the other.
+    whole `nvidia.com/gpu` requests: the pod must say one or the other. KAI's
+    `gpu-fraction` is read as `kai-ray.io/gpu-fraction` (the same meaning).
     """
     annotations = pod_annotations(pod)
-    fraction = annotations.get(GPU_FRACTION_ANNOTATION)
+    keys = (GPU_FRACTION_ANNOTATION, *GPU_FRACTION_ANNOTATION_ALIASES)
+    fraction_key = next((k for k in keys if k in annotations), GPU_FRACTION_ANNOTATION)
+    fraction = annotations.get(fraction_key)
     memory = annotations.get(GPU_MEMORY_ANNOTATION)
     if fraction is not None and memory is not None:
         raise InvalidFieldError(
             annotation_field(GPU_MEMORY_ANNOTATION),
-            f"set either {GPU_FRACTION_ANNOTATION} or {GPU_MEMORY_ANNOTATION}, not both",
+            f"set either {fraction_key} or {GPU_MEMORY_ANNOTATION}, not both",
         )
     if fraction is not None:
-        return GpuShare(fraction=_parse_fraction(fraction))
+        return GpuShare(fraction=_parse_fraction(fraction, fraction_key))
     if memory is not None:
         return GpuShare(memory=_parse_gpu_memory(memory))
     return None
 
 
-def _parse_fraction(text: str) -> float:
-    field = annotation_field(GPU_FRACTION_ANNOTATION)
+def _parse_fraction(text: str, key: str) -> float:
+    field = annotation_field(key)
     try:
         fraction = float(text)
     except (TypeError, ValueError):
