@@ -316,7 +316,9 @@ class Simulation:
     def _check_invariants(self, touched: list[_Job]) -> None:
         self.ledger.check_nodes(self.cycles)
         for job in touched:
-            nodes = [b.node for p in job.pods if (b := self.bindings.get(pod_key(p)))]
+            # Every member holding a node counts, those bound before the run began too
+            # (a snapshot of a live cluster): growing a whole gang is not breaking it.
+            nodes = [h.node for p in job.pods if (h := self._holdings.get(pod_key(p)))]
             min_member = job.record.min_member
             self.ledger.check_gang(self.cycles, job.group_key, min_member, nodes, job.group)
 

@@ -217,6 +217,18 @@ def test_the_snapshot_loads_in_the_simulator_whose_first_cycle_binds_what_the_cy
     assert {pod for pod, _ in simulated} == {"default/train-0", "default/train-1"}
 
 
+def test_a_member_above_the_minimum_of_a_gang_bound_before_the_snapshot_joins_it(
+    view: LiveCluster,
+) -> None:
+    objects = _cluster()
+    objects["Pod"].append(make_pod("a1-2").gpus(1).group("a1").build())
+    taken = live_snapshot(live_cluster(objects, "kai-ray"), SchedulerConfig())
+    sim = Simulation(load_documents([Document(doc, "snapshot") for doc in taken.documents]))
+    sim.run()  # the gang's two bound members count: no "partial gang" for the third
+    bound = {p["name"]: p["node"] for p in build_report(sim)["pods"]}
+    assert bound["a1-2"] in ("n0", "n1", "n2")
+
+
 # --------------------------------------------------------------- explain --report
 
 
