@@ -51,7 +51,7 @@ def migrate_command(args: argparse.Namespace) -> int:
 
 
 def run_migrate(
-    inputs: Sequence[Path], output: Path | None, scheduler_name: str, err: TextIO = sys.stderr
+    inputs: Sequence[Path], output: Path | None, scheduler_name: str, err: TextIO | None = None
 ) -> int:
     migration = migrate(list(read_documents(inputs)), scheduler_name)
     text = yaml.safe_dump_all(migration.documents, sort_keys=False, width=100)
@@ -59,7 +59,7 @@ def run_migrate(
         sys.stdout.write(text)
     else:
         output.write_text(text)
-    report(migration, err)
+    report(migration, err or sys.stderr)
     return EXIT_CHANGES_BEHAVIOUR if migration.changes_behaviour else 0
 
 
