@@ -15,7 +15,13 @@ The cycle decides; the binder makes it so, in the order a cluster needs:
    room by the latest events (pods of other schedulers, evictions not finished):
    a bind that would overcommit waits for evicted pods to go, up to a deadline,
    and is otherwise skipped and left to the next cycle. Binds run in parallel
-   across nodes (`parallelism`), one node's binds in order;
+   across nodes (`parallelism`), one node's binds in order. With a `reserve`
+   callback, the binds onto nodes this plan evicts from do their waiting in the
+   background instead (`ApplyReport.deferred`): each is reserved first (the
+   operator reads the pod as bound there, so no later cycle places anything on
+   that room, nor evicts for it again), the cycle goes on, and a bind that does
+   not happen in the end gives its reservation back (`unreserve`). One slow
+   eviction thus holds up neither the cycle nor any other gang's binds;
 4. group statuses the plan states (staleness, nominations), persisted on the
    PodGroup so that the next cycle (or the next operator) reads them back.
 
@@ -28,9 +34,11 @@ No Kubernetes client here: the writer holds it.
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -39,6 +47,8 @@ from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.errors import ObjectRef
 from kai_ray.values.names import ADMISSION_GATE, GPU_DEVICES_ANNOTATION
 from kai_ray.workloads.pod_fields import format_device_list
+
+LOG = logging.getLogger(__name__)
 
 
 class Outcome(enum.Enum):
@@ -94,6 +104,8 @@ class ApplyReport:
     evicted: list[Evict] = field(default_factory=list)
     #: Binds not made, with the reason (a skipped coexistence check or a write error).
     failed: list[tuple[Bind, WriteResult]] = field(default_factory=list)
+    #: Binds reserved and left to wait for evicted pods to go, in the background.
+    deferred: list[Bind] = field(default_factory=list)
     failed_evictions: list[tuple[Evict, WriteResult]] = field(default_factory=list)
 
 
@@ -113,6 +125,13 @@ class Binder:
     #: How long a bind onto a node with evictions in the same plan waits for room.
     eviction_wait_s: float = 0.0
     sleep: Callable[[float], None] = time.sleep
+    #: Holds a bind's room while it waits in the background (the operator assumes
+    #: it in its cache); None: such binds wait in `apply`, holding the cycle.
+    reserve: Callable[[Bind], None] | None = None
+    #: Gives back a reservation whose bind did not happen.
+    unreserve: Callable[[Bind], None] | None = None
+    _background: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
+    _waiting: list[Future[None]] = field(default_factory=list, init=False, repr=False)
 
     def apply(self, plan: Plan, snapshot: Snapshot, now: float) -> ApplyReport:
         report = ApplyReport()
@@ -127,6 +146,10 @@ class Binder:
         for bind in binds:
             by_node.setdefault(bind.node, []).append(bind)
         batches = [(binds, node in freed) for node, binds in by_node.items()]
+        if self.reserve is not None and self.eviction_wait_s > 0:
+            for binds, _ in (batch for batch in batches if batch[1]):
+                self._defer(binds, snapshot, report)
+            batches = [batch for batch in batches if not batch[1]]
         for done in self._map(lambda b: self._bind_all(b[0], b[1], snapshot), batches):
             for bind, result in done:
                 if result.ok:
@@ -138,6 +161,45 @@ class Binder:
             if status.staleness is not None or status.nominated is not None:
                 self.writer.write_group_status(status, now)
         return report
+
+    def _defer(self, binds: list[Bind], snapshot: Snapshot, report: ApplyReport) -> None:
+        """One node's binds reserved now and made once the evicted pods have gone."""
+        assert self.reserve is not None
+        for bind in binds:
+            self.reserve(bind)
+        report.deferred.extend(binds)
+        if self._background is None:
+            self._background = ThreadPoolExecutor(
+                max_workers=max(self.parallelism, 1), thread_name_prefix="bind-after-evictions"
+            )
+        self._waiting = [f for f in self._waiting if not f.done()]
+        self._waiting.append(self._background.submit(self._finish, binds, snapshot))
+
+    def _finish(self, binds: list[Bind], snapshot: Snapshot) -> None:
+        made: set[str] = set()
+        try:
+            for bind in binds:
+                if self._bind(bind, True, snapshot).ok:
+                    made.add(bind.pod)
+        except Exception:
+            LOG.exception("deferred binds onto %s failed", binds[0].node)
+            raise
+        finally:
+            for bind in binds:
+                if bind.pod not in made and self.unreserve is not None:
+                    self.unreserve(bind)
+
+    def wait_deferred(self, timeout: float | None = None) -> None:
+        """Until every deferred bind is made or given up (tests, shutdown); raises
+        what a deferred batch raised."""
+        futures.wait(list(self._waiting), timeout=timeout)
+        for future in self._waiting:
+            if future.done():
+                future.result()
+
+    def close(self) -> None:
+        if self._background is not None:
+            self._background.shutdown(wait=False, cancel_futures=True)
 
     def _admit(self, binds: list[Bind], report: ApplyReport) -> list[Bind]:
         """The real binds; the workloads whose placeholders were placed are released."""

@@ -94,6 +94,8 @@ class SchedulingLoop:
             eviction_wait_s=options.eviction_wait_s,
             placeholder_owner=self._placeholder_owner,
             on_resumed=self._assume_resumed,
+            reserve=self._assume,
+            unreserve=self._forget,
         )
         self.informers = [
             Informer(rest, kind, self._on_list, self._on_event, self.stop_event) for kind in WATCHED
@@ -129,6 +131,7 @@ class SchedulingLoop:
         self.stop_event.set()
         self.changed.set()
         self._thread.join(timeout=10)
+        self.binder.close()
         if self.elector is not None:
             self.elector.release()
 
@@ -212,6 +215,11 @@ class SchedulingLoop:
         with self.lock:
             self.cache.assume(bind.pod, bind.node, devices)
 
+    def _forget(self, bind: Bind) -> None:
+        with self.lock:
+            self.cache.forget_assumed(bind.pod)
+        self.changed.set()
+
     # ---------------------------------------------------------------- loop
 
     def _run(self) -> None:
@@ -263,9 +271,11 @@ class SchedulingLoop:
         self.metrics.record_cycle(snapshot, result, report, self.last_cycle_s, True, now=now)
         if result.plan.binds or result.plan.evictions or self.last_cycle_s > 1.0:
             LOG.info(
-                "[cycle %d] %d bound, %d evicted, %d admitted, %d failed in %.3fs (%s)",
+                "[cycle %d] %d bound, %d waiting for evictions, %d evicted, %d admitted, "
+                "%d failed in %.3fs (%s)",
                 self.cycles,
                 len(report.bound),
+                len(report.deferred),
                 len(report.evicted),
                 len(report.resumed),
                 len(report.failed),

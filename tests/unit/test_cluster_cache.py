@@ -226,3 +226,55 @@ def test_a_pod_deleted_unbound_is_not_scheduled_and_a_bound_one_holds_its_node()
     assert sorted(build_snapshot(cache.objects()).pods) == sorted(snapshot.pods)
     cache.delete(POD, "ns/going")
     assert cache.snapshot().free[0, snapshot.column("gpu")] == 8
+
+
+def _plan_moving_v_out_for_a() -> Plan:
+    plan = Plan(cycle=1)
+    plan.evictions.append(Evict("ns/v", "ns/vg", "reclaim"))
+    plan.binds += [Bind("ns/a", "ns/pg", "n1"), Bind("ns/b", "ns/pg", "n2")]
+    return plan
+
+
+def _reserving_binder(cache: ClusterCache, writer: MemoryWriter, wait_s: float) -> Binder:
+    return Binder(
+        writer,
+        room=cache.room_problem,
+        on_bound=lambda b: cache.assume(b.pod, b.node),
+        eviction_wait_s=wait_s,
+        reserve=lambda b: cache.assume(b.pod, b.node),
+        unreserve=lambda b: cache.forget_assumed(b.pod),
+    )
+
+
+def test_a_bind_waiting_for_evicted_pods_holds_its_room_but_not_the_cycle() -> None:
+    """The bind onto the node the plan evicts from waits in the background, its
+    room reserved (read as bound there); the other node's bind is made at once."""
+    cache = ClusterCache()
+    for obj in (node("n1"), node("n2"), pod("v", 8, "n1"), pod("a", 8), pod("b", 8)):
+        cache.upsert(obj)
+    writer = MemoryWriter()
+    binder = _reserving_binder(cache, writer, wait_s=30.0)
+    report = binder.apply(_plan_moving_v_out_for_a(), cache.snapshot(), 0.0)
+    assert [b.pod for b in report.bound] == ["ns/b"]
+    assert [b.pod for b in report.deferred] == ["ns/a"]
+    assert cache.snapshot().pods["ns/a"].node == "n1"  # reserved: no other cycle takes it
+    assert ("bind", "ns/a@n1:{}") not in writer.calls
+    cache.delete(POD, "ns/v")  # the evicted pod has gone
+    binder.wait_deferred(timeout=10)
+    assert ("bind", "ns/a@n1:{}") in writer.calls
+    assert cache.snapshot().pods["ns/a"].node == "n1"
+    binder.close()
+
+
+def test_a_deferred_bind_that_never_gets_its_room_gives_the_reservation_back() -> None:
+    cache = ClusterCache()
+    for obj in (node("n1"), node("n2"), pod("v", 8, "n1"), pod("a", 8), pod("b", 8)):
+        cache.upsert(obj)
+    writer = MemoryWriter()
+    binder = _reserving_binder(cache, writer, wait_s=0.3)
+    binder.apply(_plan_moving_v_out_for_a(), cache.snapshot(), 0.0)
+    binder.wait_deferred(timeout=10)
+    assert ("bind", "ns/a@n1:{}") not in writer.calls
+    assert cache.snapshot().pods["ns/a"].node is None  # pending again, for the next cycle
+    assert ("a", "FailedBinding") in writer.events
+    binder.close()
