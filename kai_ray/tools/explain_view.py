@@ -19,7 +19,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from kai_ray.tools.explain import Explanation, Gang, explain
+from kai_ray.tools.explain import Explanation, explain
+from kai_ray.tools.explain_whatif import Gang
 from kai_ray.values.resources import GPU, short_name
 
 

@@ -23,9 +23,10 @@ from kai_ray.sim.engine import Simulation
 from kai_ray.sim.loader import Document, load_documents
 from kai_ray.sim.report import build_report
 from kai_ray.tools.cli import main
-from kai_ray.tools.explain import Closeness, NotFoundError, explain
+from kai_ray.tools.explain import NotFoundError, explain
 from kai_ray.tools.explain_report import render_at
 from kai_ray.tools.explain_view import render
+from kai_ray.tools.explain_whatif import Closeness
 from kai_ray.tools.live_snapshot import HELD_BY_ANNOTATION, live_snapshot
 from kai_ray.values.config import SchedulerConfig
 from kai_ray.values.names import MIN_MEMBER_ANNOTATION, QUEUE_LABEL
