@@ -520,6 +520,19 @@ def test_pod_without_queue_label_goes_to_kais_default_queue() -> None:
     assert [c.split(":")[0] for c in changes(migration)] == ["metadata.annotations[mps]"]
 
 
+def test_pod_joining_a_pod_group_takes_its_queue_from_the_group() -> None:
+    pod, migration = only(
+        """
+        apiVersion: v1
+        kind: Pod
+        metadata: {name: p, annotations: {pod-group-name: infer}}
+        spec: {schedulerName: kai-scheduler, containers: [{name: c, image: busybox}]}
+        """
+    )
+    assert pod["metadata"] == {"name": "p", "annotations": {"kai-ray.io/pod-group": "infer"}}
+    assert not migration.findings
+
+
 def test_deployment_of_kai_needs_an_explicit_pod_group() -> None:
     _, migration = only(
         """

@@ -6,7 +6,8 @@ PodGroup a pod joins, the topology constraint, a batch Job's gang minimum, a GPU
 fraction; `gpu-memory` in MiB becomes a quantity), keys KAI writes itself are
 dropped, and keys for features kai-ray lacks are kept and reported as changes.
 Pod specs naming KAI's scheduler name kai-ray's. A workload of KAI's without a
-queue label went to KAI's `default-queue`, and is labelled so. Pure: no I/O.
+queue label (and no PodGroup named) went to KAI's `default-queue`, and is
+labelled so. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -155,14 +156,16 @@ class WorkloadMigration:
     def _whole_workload(self, out: dict[str, Any]) -> None:
         kind = str(out.get("kind") or "")
         meta = out.setdefault("metadata", {})
-        labels = meta.setdefault("labels", {})
-        if QUEUE_LABEL not in labels and not _has_key(out.get("spec"), "labels", QUEUE_LABEL):
-            labels[QUEUE_LABEL] = KAI_DEFAULT_QUEUE
+        labels = meta.get("labels") or {}
+        joins_a_group = _has_key(out, "annotations", POD_GROUP_ANNOTATION)
+        queue_named = QUEUE_LABEL in labels or _has_key(out.get("spec"), "labels", QUEUE_LABEL)
+        if not queue_named and not joins_a_group:
+            labels = meta["labels"] = {**labels, QUEUE_LABEL: KAI_DEFAULT_QUEUE}
             self.findings.note(
                 f"metadata.labels[{QUEUE_LABEL}]",
                 f"no queue label: KAI put the workload in {KAI_DEFAULT_QUEUE}; labelled so",
             )
-        if kind not in GROUPED_KINDS and not _has_key(out, "annotations", POD_GROUP_ANNOTATION):
+        if kind not in GROUPED_KINDS and not joins_a_group:
             self.findings.change(
                 "kind",
                 f"kai-ray makes no PodGroup for a {kind}: create one and annotate the pod "
