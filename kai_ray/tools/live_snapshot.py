@@ -73,8 +73,16 @@ def live_snapshot(view: LiveCluster, config: SchedulerConfig) -> LiveSnapshot:
         _plain(obj) for name, obj in view.cache.items(TOPOLOGY) if name in snapshot.topologies
     ]
     documents += [_queue(obj) for name, obj in view.cache.items(QUEUE) if name in snapshot.queues]
-    _count(left_out, "Topology", len(list(view.cache.items(TOPOLOGY))) - len(snapshot.topologies))
-    _count(left_out, "Queue", len(list(view.cache.items(QUEUE))) - len(snapshot.queues.nodes))
+    _count(
+        left_out,
+        "invalid Topology(ies)",
+        len(list(view.cache.items(TOPOLOGY))) - len(snapshot.topologies),
+    )
+    _count(
+        left_out,
+        "invalid Queue(s)",
+        len(list(view.cache.items(QUEUE))) - len(snapshot.queues.nodes),
+    )
     documents.append(config.model_dump(mode="json", exclude_none=True))
     for rank, (key, group) in enumerate(groups.items()):
         documents.append(_pod_group(group, rank))
@@ -87,7 +95,7 @@ def _valid_groups(
 ) -> dict[str, Obj]:
     """The PodGroups the operator schedules, oldest first (its order inside a queue)."""
     valid = {key: obj for key, obj in view.cache.items(POD_GROUP) if key in snapshot.pod_groups}
-    _count(left_out, "PodGroup", len(list(view.cache.items(POD_GROUP))) - len(valid))
+    _count(left_out, "invalid PodGroup(s)", len(list(view.cache.items(POD_GROUP))) - len(valid))
     created = {key: snapshot.pod_groups[key].creation_timestamp for key in valid}
     return dict(sorted(valid.items(), key=lambda item: (created[item[0]], item[0])))
 
@@ -100,7 +108,7 @@ def _sort_pods(
     held: dict[str, list[Obj]] = {}
     for pod in view.cache.objects().pods:
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            _count(left_out, "finished Pod", 1)
+            _count(left_out, "finished pod(s)", 1)
             continue
         group = _group_of(pod, view.scheduler)
         node = pod_node(pod)
@@ -109,7 +117,7 @@ def _sort_pods(
         elif node is not None:
             held.setdefault(node, []).append(pod)
         else:
-            _count(left_out, "pending Pod of no gang", 1)
+            _count(left_out, "pending pod(s) of no gang", 1)
     return members, held
 
 
