@@ -10,6 +10,7 @@ the same commands are tests/e2e/test_explain.py.
 from __future__ import annotations
 
 import io
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,31 @@ def test_what_cannot_be_explained_is_said_in_one_line(
     assert "\n" not in str(caught.value)
 
 
+def test_a_rayjobs_cluster_is_explained_through_the_rayjobs_gang() -> None:
+    objects = _cluster()
+    rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "rj"}}
+    rayjob["metadata"].update(namespace="default", labels={QUEUE_LABEL: "team-a"})
+    cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rj-x1"}}
+    cluster["metadata"].update(
+        namespace="default", ownerReferences=[{"kind": "RayJob", "name": "rj", "controller": True}]
+    )
+    group = make_pod_group("rayjob-rj").queue("team-a").build()
+    objects.update(RayJob=[rayjob], RayCluster=[cluster], PodGroup=[*objects["PodGroup"], group])
+    view = live_cluster(objects, "kai-ray")
+    found = explain(view, SchedulerConfig(), "default", "raycluster/rj-x1", _no_events)
+    assert (found.asked, found.group) == ("RayCluster default/rj-x1", "default/rayjob-rj")
+
+
+def test_a_podgroup_the_operator_leaves_out_shows_the_field_at_fault() -> None:
+    objects = _cluster()
+    objects["PodGroup"].append(make_pod_group("lost").queue("no-such-queue").build())
+    found = explain(
+        live_cluster(objects, "kai-ray"), SchedulerConfig(), "default", "lost", _no_events
+    )
+    assert found.gang is None and len(found.problems) == 1 and "no-such-queue" in found.problems[0]
+    assert "Left out by the operator: spec.queue" in _text(found)
+
+
 def test_an_unreachable_cluster_is_one_line_and_status_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -185,6 +211,10 @@ def test_an_unreachable_cluster_is_one_line_and_status_1(
         main(["snapshot", "--kubeconfig", str(tmp_path / "none"), "-o", str(tmp_path / "o")]) == 1
     )
     assert "cannot load the kubeconfig" in capsys.readouterr().err
+    assert main(["snapshot", "-o", str(tmp_path / "o")]) == 1
+    assert capsys.readouterr().err == (
+        "kai-ray: snapshot: give input files, or --kubeconfig to read a cluster\n"
+    )
 
 
 # --------------------------------------------------------------------- snapshot
@@ -250,3 +280,39 @@ def test_explain_at_a_time_of_a_report_says_where_the_job_stood_then(view: LiveC
     assert f"the last reason recorded, at the end of the run): {wide['reason']}" in text
     assert re.search(r"team-b\s*│\s*4\s*│\s*0\s*│\s*8", text), text
     assert "Queues with waiting jobs then: team-a (1), team-b (1)" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["wide"], "--report needs --at TIME", id="no time"),
+        pytest.param(
+            ["--at", "soon", "wide"], "--at 'soon' is neither seconds nor a duration", id="bad time"
+        ),
+        pytest.param(
+            ["--at", "1h", "ghost"], "no job named 'ghost' in the report", id="unknown job"
+        ),
+        pytest.param(
+            ["--at", "1h", "-n", "other", "wide"],
+            "no job named 'wide' in namespace 'other'",
+            id="other namespace",
+        ),
+    ],
+)
+def test_explain_of_a_report_says_what_it_cannot_find_in_one_line(
+    view: LiveCluster,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    message: str,
+) -> None:
+    taken = live_snapshot(view, SchedulerConfig())
+    sim = Simulation(load_documents([Document(doc, "snapshot") for doc in taken.documents]))
+    sim.run()
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(build_report(sim)))
+    assert main(["explain", "--report", str(report), *args]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert main(["explain", "--report", str(report), "--at", "1h", "podgroup/wide"]) == 0
+    assert "PodGroup default/wide in the report" in capsys.readouterr().out
