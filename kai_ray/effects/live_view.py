@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kai_ray.effects.kube import WATCHED, read_cluster
-from kai_ray.effects.scheduling_loop import WORKLOAD_KINDS, _derived_key, _pod_group_body
+from kai_ray.effects.scheduling_loop import WORKLOAD_KINDS, derived_group_key, pod_group_body
 from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, TOPOLOGY, ClusterCache, object_key
 from kai_ray.values.errors import InvalidObjectError
 from kai_ray.workloads.grouping import derive_groups
@@ -77,14 +77,14 @@ def _picture_pod_groups(cache: ClusterCache, scheduler: str) -> list[str]:
     pictured: list[str] = []
     for kind in WORKLOAD_KINDS:
         for key, obj in list(cache.items(kind)):
-            if _derived_key(kind, key) in existing or not needs_derived_group(obj, scheduler):
+            if derived_group_key(kind, key) in existing or not needs_derived_group(obj, scheduler):
                 continue
             try:
                 groups = derive_groups(as_written(obj))
             except InvalidObjectError:
                 continue  # the operator reports it on the workload; nothing to schedule
             for derived in groups:
-                body = _pod_group_body(derived.pod_group.model_dump(mode="json"), obj)
+                body = pod_group_body(derived.pod_group.model_dump(mode="json"), obj)
                 created = (obj.get("metadata") or {}).get("creationTimestamp")
                 body["metadata"]["creationTimestamp"] = created
                 body["kind"] = POD_GROUP

@@ -294,7 +294,7 @@ class SchedulingLoop:
                 (kind, obj)
                 for kind in WORKLOAD_KINDS
                 for key, obj in self.cache.items(kind)
-                if _derived_key(kind, key) not in existing
+                if derived_group_key(kind, key) not in existing
             ]
         bodies: dict[str, dict[str, Any]] = {}
         for kind, obj in workloads:
@@ -306,7 +306,7 @@ class SchedulingLoop:
                 self._report_bad_workload(kind, obj, err)
                 continue
             for derived in groups:
-                body = _pod_group_body(derived.pod_group.model_dump(mode="json"), obj)
+                body = pod_group_body(derived.pod_group.model_dump(mode="json"), obj)
                 bodies.setdefault(object_key(body, POD_GROUP), body)
         # The cycle uses them at once; the API gets them in the back.
         with self.lock:
@@ -430,7 +430,7 @@ class _Stopwatch:
         return ", ".join(f"{step} {seconds:.3f}s" for step, seconds in self.laps)
 
 
-def _derived_key(kind: str, key: str) -> str:
+def derived_group_key(kind: str, key: str) -> str:
     """The key of the PodGroup kai-ray derives for a workload (see `derive_groups`)."""
     namespace, _, name = key.partition("/")
     return f"{namespace}/{kind.lower()}-{name}"
@@ -442,7 +442,7 @@ def _statuses_by_group(plan: Plan) -> dict[str, Any]:
     return {status.group: status for status in values}
 
 
-def _pod_group_body(pod_group: dict[str, Any], owner: Mapping[str, Any]) -> dict[str, Any]:
+def pod_group_body(pod_group: dict[str, Any], owner: Mapping[str, Any]) -> dict[str, Any]:
     meta = owner.get("metadata") or {}
     body = {k: v for k, v in pod_group.items() if k != "status" and v is not None}
     body["metadata"] = {

@@ -21,7 +21,7 @@ from typing import Any
 from kai_ray.decisions.fairness import queue_resource
 from kai_ray.decisions.ordering import candidate_for, group_priority, job_key
 from kai_ray.effects.live_view import LiveCluster
-from kai_ray.effects.scheduling_loop import _derived_key
+from kai_ray.effects.scheduling_loop import derived_group_key
 from kai_ray.state.cache import POD, POD_GROUP, QUEUE
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.snapshot import Snapshot
@@ -135,9 +135,9 @@ def _group_of(view: LiveCluster, kind: str, obj: Obj, namespace: str, name: str)
         return f"{namespace}/{group}"
     owner = owner_of_kind(obj, ("RayJob",)) if kind == "RayCluster" else None
     key = (
-        _derived_key("RayJob", f"{namespace}/{owner}")
+        derived_group_key("RayJob", f"{namespace}/{owner}")
         if owner
-        else _derived_key(kind, f"{namespace}/{name}")
+        else derived_group_key(kind, f"{namespace}/{name}")
     )
     if view.cache.get(POD_GROUP, key) is None:
         raise NotFoundError(
