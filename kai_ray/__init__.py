@@ -4,4 +4,4 @@ Layers (enforced by import-linter, see pyproject.toml), lowest first:
 values -> workloads -> state -> decisions -> effects/controller -> tools/sim.
 """
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.2.0"
