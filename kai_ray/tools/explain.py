@@ -176,6 +176,8 @@ def explain(
         scheduled=_condition(status, "Scheduled"),
         events=_events(events_of, key),
     )
+    if not obj:
+        return dataclasses.replace(base, problems=[f"there is no PodGroup {key}"])
     if group is None:
         return _left_out(base, snapshot, key)
     resource = GPU if group.live_requests[GPU] > 0 else CPU

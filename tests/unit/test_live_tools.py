@@ -191,6 +191,15 @@ def test_a_podgroup_the_operator_leaves_out_shows_the_field_at_fault() -> None:
     assert "Left out by the operator: spec.queue" in _text(found)
 
 
+def test_a_pod_naming_a_podgroup_that_does_not_exist_says_so() -> None:
+    objects = _cluster()
+    objects["Pod"].append(make_pod("stray").gpus(1).group("gone").build())
+    found = explain(
+        live_cluster(objects, "kai-ray"), SchedulerConfig(), "default", "stray", _no_events
+    )
+    assert (found.group, found.problems) == ("default/gone", ["there is no PodGroup default/gone"])
+
+
 def test_an_unreachable_cluster_is_one_line_and_status_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
