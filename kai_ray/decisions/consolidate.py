@@ -14,7 +14,7 @@ For each gang still waiting for its minimum after the actions before this one
    again (a bare pod evicted is gone for good: a move would destroy its work),
    untouched by this cycle so far; ordered by the free GPUs
    of the emptiest node they sit on (moving them empties whole nodes first),
-   then the smaller first;
+   then the smaller first, then the newest (`victims.newest_first`);
 3. inside the transaction, release the first k movable gangs (k = 1 up to
    `consolidationMaxJobs`), place the waiting gang's minimum, then re-place
    every released pod (minimum first, then the rest); the first k for which all
@@ -47,6 +47,7 @@ from kai_ray.decisions.ordering import group_priority, waiting_gangs
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.plan import Evict, GroupStatus, Nominate
 from kai_ray.decisions.transaction import Transaction
+from kai_ray.decisions.victims import newest_first
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import total_requests
 from kai_ray.values.config import SchedulerConfigSpec
@@ -110,9 +111,10 @@ def movable_gangs(ctx: CycleContext, target: PodGroupState) -> list[PodGroupStat
     ]
     free_gpus = ctx.transaction.free[:, ctx.snapshot.column(GPU)]
 
-    def order(gang: PodGroupState) -> tuple[float, float, str]:
+    def order(gang: PodGroupState) -> tuple[object, ...]:
         nodes = [ctx.snapshot.node_index[pod.node or ""] for pod in gang.bound]
-        return (-float(free_gpus[nodes].max()), gang.bound_requests[GPU], gang.key)
+        among_equals = newest_first(gang.creation_timestamp, gang.key)
+        return (-float(free_gpus[nodes].max()), gang.bound_requests[GPU], *among_equals)
 
     return sorted(gangs, key=order)
 

@@ -8,8 +8,9 @@
 3. `evict_to_fit`: victims are chosen greedily (`victims.select_victims`),
    evicted in the transaction, and the job placed with `place_gang`; if it
    does not fit, everything rolls back and more room is asked for (`SLACK`);
-   once it fits, victims on nodes the job did not use are given back and the
-   fit checked again. Every set of victims must also admit the job
+   once it fits, victims on nodes the job did not use are given back, then
+   every other victim the fit does not need (most disruptive first), the fit
+   checked again each time. Every set of victims must also admit the job
    (`admission_refusal`: limits counted with what the victims free in each
    queue on their paths), so a victim the job's queue limits need is kept
    even when its node was not used;
@@ -47,6 +48,7 @@ from kai_ray.decisions.victims import (
     PodVector,
     VictimUnit,
     select_victims,
+    unit_order,
     victim_units,
 )
 from kai_ray.state.groups import PodGroupState
@@ -123,14 +125,40 @@ def _fit_and_trim(
     node_of = _node_of(tx)
     needed = [u for u in victims if any(node_of(p) in used for p in u.pods)]
     needed = whole_gangs(needed, victims)
-    if len(needed) == len(victims) or not admits(needed):
-        return victims
-    tx.rollback(mark)
-    if _try_fit(ctx, group, needed):
-        return needed
-    if not _try_fit(ctx, group, victims):
+    if len(needed) < len(victims) and admits(needed):
+        tx.rollback(mark)
+        if not _try_fit(ctx, group, needed):
+            needed = victims
+            if not _try_fit(ctx, group, victims):
+                raise RuntimeError(f"{group.key}: a fit that held failed again on the same state")
+    else:
+        needed = victims
+    return _give_back(ctx, group, needed, admits, mark)
+
+
+def _give_back(
+    ctx: CycleContext, group: PodGroupState, victims: list[VictimUnit], admits: Admits, mark: int
+) -> list[VictimUnit]:
+    """Every victim the fit does not need, on the nodes the job uses too, given back:
+    the most disruptive first (whole gangs, more GPUs, higher priority, older), each
+    kept out when the job still fits and is admitted without it. The transaction
+    holds the fit of the victims returned (it holds the fit of `victims` on entry)."""
+    kept, holds = list(victims), True
+    if len(kept) < 2:
+        return kept
+    for unit in sorted(victims, key=unit_order, reverse=True):
+        if unit.extra and any(not u.extra and u.group.key == unit.group.key for u in kept):
+            continue  # an extra goes with its core: no gang is left broken
+        trial = [u for u in kept if u is not unit]
+        if not trial or not admits(trial):
+            continue
+        ctx.transaction.rollback(mark)
+        holds = _try_fit(ctx, group, trial)
+        if holds:
+            kept = trial
+    if not holds and not _try_fit(ctx, group, kept):
         raise RuntimeError(f"{group.key}: a fit that held failed again on the same state")
-    return victims
+    return kept
 
 
 def _try_fit(ctx: CycleContext, group: PodGroupState, victims: Sequence[VictimUnit]) -> bool:

@@ -5,15 +5,18 @@ Pure functions over values; issuing the evictions is the actions' business.
    the group's minimum is a unit of its own (newest first), the rest of the
    group (its minimum core) is one unit; victims are whole gangs otherwise.
 2. `unit_order`: elastic extras before any whole gang; then fewest GPUs, then
-   lowest priority, then youngest.
-3. `select_victims` is greedy and vectorised, never a search over subsets:
-   it counts how many of the job's pods fit on each allowed node now, then,
-   per node, the shortest prefix of that node's units (in unit order) that
-   makes the most pods fit there; nodes freed by elastic extras alone come
-   first, then nodes are taken cheapest first (GPUs the units give back on
-   that node per pod gained, then the lowest victim priority, then the
-   youngest victims) until enough pods fit. A `Budget` may refuse units
-   (reclaim's fairness rules); a node whose units it refuses is skipped whole.
+   lowest priority, then the newest (creation time), then the name: among
+   equals the most recently created work goes first (`newest_first`), the one
+   tie-break between jobs of reclaim, preempt and consolidation.
+3. `select_victims` is vectorised and greedy across nodes: it counts how many
+   of the job's pods fit on each allowed node now, then, per node, the least
+   disruptive set of that node's units that makes the most pods fit there
+   (`least_disruption`: fewest whole gangs, then fewest units, then fewest
+   GPUs given back, then the lowest priority, then the newest; every subset
+   of up to `SUBSET_UNITS` units is weighed at once, past that the shortest
+   prefix in unit order); nodes are then taken least disruptive first per pod
+   gained until enough pods fit. A `Budget` may refuse units (reclaim's
+   fairness rules); a node whose units it refuses is skipped whole.
 The count is an estimate (the job's pods are taken as `count` copies of their
 largest request; topology and devices are ignored): the caller verifies every
 selection with `place_gang` inside the transaction, and asks for more room when
@@ -54,10 +57,20 @@ class VictimUnit:
     #: What the unit's pods ask for (GPU shares as parts of a GPU), and its GPUs.
     requests: Resources = field(init=False, repr=False, compare=False)
     gpus: float = field(init=False, repr=False, compare=False)
+    #: When the work was created (an extra: its pod; a core: its PodGroup), and its
+    #: name: the tie-break among equals (`newest_first`).
+    created: str = field(init=False, repr=False, compare=False)
+    name: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "requests", total_requests(self.pods))
         object.__setattr__(self, "gpus", sum(p.requests[GPU] + p.gpu_fraction for p in self.pods))
+        first = self.pods[0]
+        created = first.creation_timestamp if self.extra else self.group.creation_timestamp
+        object.__setattr__(self, "created", created)
+        object.__setattr__(
+            self, "name", f"{self.group.key}/{first.name}" if self.extra else self.group.key
+        )
 
     @property
     def queue(self) -> str:
@@ -112,12 +125,19 @@ def victim_units(group: PodGroupState, priority: int, started: str) -> list[Vict
 
 
 def unit_order(unit: VictimUnit) -> tuple[object, ...]:
-    """Extras first; then fewest GPUs, lowest priority, youngest (latest start)."""
-    return (not unit.extra, unit.gpus, unit.priority, _descending(unit.started), unit.group.key)
+    """Extras first; then fewest GPUs, lowest priority, then newest first."""
+    return (not unit.extra, unit.gpus, unit.priority, *newest_first(unit.created, unit.name))
+
+
+def newest_first(created: str, name: str) -> tuple[tuple[int, ...], str]:
+    """The tie-break among equally good victims (KAI's): the most recently created
+    first (RFC 3339 times sort as text), then by name."""
+    return _descending(created), name
 
 
 def _descending(text: str) -> tuple[int, ...]:
-    return tuple(-ord(c) for c in text)
+    # A longer text is later among equal prefixes: the end marker sorts before it.
+    return (*(-ord(c) for c in text), 1)
 
 
 def pods_fitting(free: Matrix, vector: Vector) -> npt.NDArray[np.int64]:
@@ -130,18 +150,17 @@ def pods_fitting(free: Matrix, vector: Vector) -> npt.NDArray[np.int64]:
     return fits
 
 
+#: Per node, every subset of up to this many units is weighed; past it, prefixes.
+SUBSET_UNITS = 10
+
+
 @dataclass
 class _NodeOption:
     node: int
     units: list[VictimUnit]
     gain: int
-    cost: float
-    #: The highest priority among the units: a node costing the same but holding
-    #: less important work goes first, then the one with the younger work.
-    priority: int
-    youngest: tuple[int, ...]
-    #: Whether a whole gang would go: nodes freed by elastic extras alone go first.
-    whole: bool
+    #: How disruptive the units are (`_disruption`), per pod gained where it adds up.
+    key: tuple[object, ...]
 
 
 def select_victims(
@@ -166,7 +185,7 @@ def select_victims(
         option = _node_option(free[node], need, on_node, released, (fits, missing), node)
         if option is not None:
             options.append(option)
-    options.sort(key=lambda o: (o.whole, o.cost / o.gain, o.priority, o.youngest, o.node))
+    options.sort(key=lambda o: o.key)
     return _take_options(options, missing, budget)
 
 
@@ -202,20 +221,57 @@ def _node_option(
     fits_and_missing: tuple[int, int],
     node: int,
 ) -> _NodeOption | None:
-    """The shortest prefix of the node's units that makes the most pods fit there
-    (but never more than the job still misses)."""
+    """The least disruptive set of the node's units that makes the most pods fit
+    there (but never more than the job still misses), or None when none helps."""
     fits_now, missing = fits_and_missing
-    fits = pods_fitting(free + np.cumsum(released, axis=0), need.vector)
+    sets = _candidate_sets(units)
+    weights = sets.astype(np.float64)
+    fits = pods_fitting(free + weights @ released, need.vector)
     best = min(int(fits.max()), fits_now + missing)
     if best <= fits_now:
         return None
-    length = int(np.argmax(fits >= best)) + 1
-    chosen = units[:length]
-    cost = float(released[:length, need.gpu_column].sum())
-    youngest = max(u.started for u in chosen)
-    priority = max(u.priority for u in chosen)
-    whole = any(not u.extra for u in chosen)
-    return _NodeOption(node, chosen, best - fits_now, cost, priority, _descending(youngest), whole)
+    cores = weights @ np.array([0.0 if u.extra else 1.0 for u in units])
+    counts = weights.sum(axis=1)
+    gpus = np.round(weights @ released[:, need.gpu_column], 6)
+    # Fewest gangs, units and GPUs among the sets that fit, by vector; the rest in Python.
+    rows = np.flatnonzero(fits >= best)
+    order = rows[np.lexsort((gpus[rows], counts[rows], cores[rows]))]
+    first = order[0]
+    tied = [
+        r
+        for r in order
+        if (cores[r], counts[r], gpus[r]) == (cores[first], counts[first], gpus[first])
+    ]
+    row = min(tied, key=lambda r: _tie_break(units, sets[r]))
+    chosen = [u for u, taken in zip(units, sets[row], strict=True) if taken]
+    gain = best - fits_now
+    per_pod = (float(cores[row]) / gain, float(counts[row]) / gain, float(gpus[row]) / gain)
+    return _NodeOption(node, chosen, gain, (*per_pod, *_tie_break(units, sets[row]), node))
+
+
+def _candidate_sets(units: Sequence[VictimUnit]) -> npt.NDArray[np.bool_]:
+    """Row per candidate set of units (a core always with its group's extras here):
+    every non-empty subset when there are few units, else every prefix."""
+    n = len(units)
+    if n <= SUBSET_UNITS:
+        codes = np.arange(1, 1 << n, dtype=np.int64)
+        sets = (codes[:, None] >> np.arange(n)) & 1 == 1
+    else:
+        sets = np.tri(n, dtype=bool)
+    goes_with = np.eye(n, dtype=bool)
+    for i, unit in enumerate(units):
+        if not unit.extra:
+            goes_with[i] |= [u.extra and u.group.key == unit.group.key for u in units]
+    closed: npt.NDArray[np.bool_] = (sets.astype(np.int64) @ goes_with.astype(np.int64)) > 0
+    return closed
+
+
+def _tie_break(units: Sequence[VictimUnit], taken: npt.NDArray[np.bool_]) -> tuple[object, ...]:
+    """Between sets as disruptive in gangs, units and GPUs: the lowest priority, then
+    the newest victims (the set whose oldest member is the newest), then names."""
+    chosen = [u for u, t in zip(units, taken, strict=True) if t]
+    oldest = min(chosen, key=lambda u: (u.created, u.name))
+    return (max(u.priority for u in chosen), *newest_first(oldest.created, oldest.name))
 
 
 def _take_options(

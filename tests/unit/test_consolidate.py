@@ -81,8 +81,10 @@ def half_full(*names: str, gpus: int = 4) -> list[Gang]:
 
 CASES = [
     pytest.param(
-        Case(2, [*half_full("a", "b"), Gang("big", 8, [None])], {"a-0": "n1"}, ["big"]),
-        id="an 8-GPU pod fits once a 4-GPU job moves off a half-full node",
+        # Renewed for issue 13: a and b are equal, so the newer one (b) moves (KAI's
+        # victim order); before, the name decided and a moved.
+        Case(2, [*half_full("a", "b"), Gang("big", 8, [None])], {"b-0": "n0"}, ["big"]),
+        id="an 8-GPU pod fits once the newer of two 4-GPU jobs moves off a half-full node",
     ),
     pytest.param(
         Case(2, [*half_full("a", "b", gpus=6), Gang("big", 8, [None])]),
@@ -161,11 +163,12 @@ CASES = [
                 Gang("d", 2, ["n1"]),
                 Gang("big", 8, [None]),
             ],
-            {"a-0": "n1", "b-0": "n1"},
+            # Renewed for issue 13: the two newest (c, d) move, not the first by name.
+            {"c-0": "n0", "d-0": "n0"},
             ["big"],
             config={"consolidationMaxJobs": 2},
         ),
-        id="two 2-GPU jobs move together off one node with consolidationMaxJobs 2",
+        id="the two newest 2-GPU jobs move together off one node with consolidationMaxJobs 2",
     ),
     pytest.param(
         Case(
@@ -221,8 +224,8 @@ def test_a_moved_gang_is_nominated_and_the_gang_it_made_room_for_admitted_once()
     result = run(Case(2, [*half_full("a", "b"), Gang("big", 8, [None])]))
     assert result.plan.status_of("default/big") == GroupStatus("default/big", True)
     assert [s.group for s in result.plan.statuses].count("default/big") == 1
-    moved = result.plan.status_of("default/a")
-    assert moved is not None and moved.nominated == ("n1",)
+    moved = result.plan.status_of("default/b")  # the newer of two equals moves
+    assert moved is not None and moved.nominated == ("n0",)
 
 
 def _moved_gang(nominated: list[str]) -> CycleResult:

@@ -52,15 +52,17 @@ def test_elastic_members_above_the_minimum_are_units_of_their_own_newest_first()
 @pytest.mark.parametrize(
     ("a", "b", "first"),
     [
-        pytest.param((1.0, 50, "2"), (2.0, 50, "9"), 0, id="fewer GPUs first"),
-        pytest.param((2.0, 10, "1"), (2.0, 50, "9"), 0, id="then lower priority"),
-        pytest.param((2.0, 50, "1"), (2.0, 50, "9"), 1, id="then the younger"),
+        pytest.param((1.0, 50, 2), (2.0, 50, 9), 0, id="fewer GPUs first"),
+        pytest.param((2.0, 10, 1), (2.0, 50, 9), 0, id="then lower priority"),
+        pytest.param((2.0, 50, 1), (2.0, 50, 9), 1, id="then the newer by creation time"),
+        pytest.param((2.0, 50, 5), (2.0, 50, 5), 0, id="then the name"),
     ],
 )
-def test_unit_order(a: tuple[float, int, str], b: tuple[float, int, str], first: int) -> None:
-    found = groups(("x", 1, int(a[0]), ["n0"], 0), ("y", 1, int(b[0]), ["n1"], 0))
-    ux = VictimUnit(found["x"], found["x"].pods, a[1], a[2], False)
-    uy = VictimUnit(found["y"], found["y"].pods, b[1], b[2], False)
+def test_unit_order(a: tuple[float, int, int], b: tuple[float, int, int], first: int) -> None:
+    found = groups(("x", 1, int(a[0]), ["n0"], a[2]), ("y", 1, int(b[0]), ["n1"], b[2]))
+    # The start times say the opposite of the creation times: creation decides.
+    ux = VictimUnit(found["x"], found["x"].pods, a[1], str(10 - a[2]), False)
+    uy = VictimUnit(found["y"], found["y"].pods, b[1], str(10 - b[2]), False)
     ranked = sorted([ux, uy], key=unit_order)
     assert ranked[0] is (ux, uy)[first]
 
