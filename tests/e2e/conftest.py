@@ -33,6 +33,7 @@ from kubernetes.client.rest import ApiException
 
 from .nodes import GpuNodeSpec, create_gpu_nodes, delete_gpu_nodes
 from .operator_process import OperatorProcess, Operators
+from .polling import eventually
 from .sandbox import Sandbox
 
 REPO = Path(__file__).resolve().parents[2]
@@ -216,6 +217,14 @@ def kai_ray_crds(control_plane: ControlPlane) -> ControlPlane:
     names = [line.split()[0] for line in applied.stdout.splitlines() if line.strip()]
     waited = control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
     assert waited.returncode == 0, waited.stderr
+    # Established is set before every API server handler serves the new resource:
+    # the first POST can still get 404. Wait until each one lists.
+    for plural in (name.split("/")[-1] for name in names):
+        eventually(
+            lambda p=plural: control_plane.kubectl("get", p, "-A").returncode == 0,
+            60,
+            f"{plural} served",
+        )
     return control_plane
 
 
@@ -273,9 +282,10 @@ def pytest_runtest_makereport(
 
 @pytest.fixture
 def sandbox(
-    control_plane: ControlPlane, admin_api: client.ApiClient, namespace: str
+    kai_ray_crds: ControlPlane, admin_api: client.ApiClient, namespace: str
 ) -> Iterator[Sandbox]:
-    """This test's namespace, node pool and cluster-scoped names."""
-    box = Sandbox(namespace, namespace.rsplit("-", 1)[-1], control_plane, admin_api)
+    """This test's namespace, node pool and cluster-scoped names (kai-ray's CRDs in
+    place: a test that applies Queues first must not depend on another having run)."""
+    box = Sandbox(namespace, namespace.rsplit("-", 1)[-1], kai_ray_crds, admin_api)
     yield box
     box.cleanup()
