@@ -349,6 +349,9 @@ class Simulation:
             self.cache.upsert(queue.model_dump(mode="json", exclude_none=True), QUEUE)
         for topology in self.sim.topologies:
             self.cache.upsert(topology.model_dump(mode="json", exclude_none=True), TOPOLOGY)
+        for pod in self.sim.held_pods:
+            self.cache.upsert(pod, POD)
+            self._hold(pod_key(pod), Holding(str(pod_node(pod)), pod_requests(pod)))
 
     def set_queue(self, queue: Queue) -> None:
         self.queues[queue.metadata.name] = queue

@@ -27,6 +27,9 @@ from kai_ray.workloads.expected_pods import pods_for_workload
 from kai_ray.workloads.grouping import WorkloadGroup, derive_groups
 from kai_ray.workloads.pod_fields import gpu_share, pod_requests
 
+#: On a bound Pod: it holds its requests on its node for the whole run, in no gang
+#: (another scheduler's pod; `kai-ray snapshot --kubeconfig` writes them).
+HELD_ANNOTATION = "sim.kai-ray.io/held"
 #: (apiVersion, kind) of every workload kind the simulator can play the controller of.
 WORKLOAD_KINDS = {
     ("v1", "Pod"),
@@ -70,6 +73,8 @@ class SimInput:
     workloads: list[Workload] = field(default_factory=list)
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
     events: list[ClusterEvent] = field(default_factory=list)
+    #: Pods the simulator does not play, bound for the whole run (`HELD_ANNOTATION`).
+    held_pods: list[dict[str, Any]] = field(default_factory=list)
     #: Which file each object came from, by (kind, namespace, name).
     sources: dict[tuple[str, str | None, str], str] = field(default_factory=dict)
 
@@ -164,6 +169,8 @@ def _read_document(doc: Document, sim: SimInput) -> None:
         sim.pod_groups.append((group, *sim_times(doc.raw, doc.ref)))
     elif (api_version, kind) == (CONFIG_API_VERSION, "SchedulerConfig"):
         sim.config = parse_model(SchedulerConfig, doc.raw, doc.source)
+    elif (api_version, kind) == ("v1", "Pod") and _held(doc.raw):
+        sim.held_pods.append(_checked_held_pod(doc))
     elif (api_version, kind) == ("v1", "Pod") and _names_pod_group(doc.raw):
         check_pod(doc.raw, doc.ref)
         sim.member_pods.append(doc)
@@ -197,6 +204,34 @@ def _checked_pods(doc: Document, group: WorkloadGroup) -> tuple[dict[str, Any], 
     return tuple(pods)
 
 
+def _held(raw: Mapping[str, Any]) -> bool:
+    meta = raw.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(annotations, Mapping):
+        return False  # a malformed pod is refused, naming the field, where pods are read
+    return str(annotations.get(HELD_ANNOTATION, "")).lower() == "true"
+
+
+def _checked_held_pod(doc: Document) -> dict[str, Any]:
+    check_pod(doc.raw, doc.ref)
+    spec = doc.raw.get("spec")
+    if not isinstance(spec, Mapping) or not spec.get("nodeName"):
+        field = "spec.nodeName"
+        raise InvalidObjectError(
+            [Problem(doc.ref, field, f"a pod with {HELD_ANNOTATION} is bound")]
+        )
+    return dict(doc.raw)
+
+
+def _check_held_nodes(sim: SimInput) -> None:
+    nodes = {str(node["metadata"]["name"]) for node in sim.nodes}
+    for pod in sim.held_pods:
+        node = str(pod["spec"]["nodeName"])
+        if node not in nodes:
+            problem = Problem(object_ref(pod), "spec.nodeName", f"no Node named {node!r}")
+            raise InvalidObjectError([problem])
+
+
 def _names_pod_group(raw: Mapping[str, Any]) -> bool:
     annotations = (raw.get("metadata") or {}).get("annotations") or {}
     return POD_GROUP_ANNOTATION in annotations or "pod-group-name" in annotations
@@ -216,6 +251,7 @@ def load_documents(documents: Iterable[Document]) -> SimInput:
         sim.sources.setdefault((ref.kind, ref.namespace, ref.name), doc.source)
     try:
         check_references(sim)
+        _check_held_nodes(sim)
         event_sources = {k[2]: v for k, v in sim.sources.items() if k[0] == "ClusterEvent"}
         check_events(sim.events, sim.nodes, sim.queues, event_sources)
     except InvalidObjectError as err:

@@ -3,11 +3,11 @@
 The cluster is read once (`effects.live_view`: the cache the operator would hold)
 and written as one multi-document YAML that `kai-ray simulate` loads:
 
-1. Nodes (name, labels, annotations, taints, cordon, capacity, the Ready
-   condition). Pods the simulator cannot play (another scheduler's, room held
-   for a released workload, or kai-ray's without a valid PodGroup) but that are
-   bound to a node are folded into it: its allocatable is what they leave, and
-   the annotation `sim.kai-ray.io/held-by` names them.
+1. Nodes (name, labels, annotations, taints, cordon, capacity, allocatable,
+   the Ready condition), then the pods the simulator does not play but that
+   hold room on them (another scheduler's, room held for a released workload,
+   kai-ray's without a valid PodGroup), as held pods (`sim.kai-ray.io/held`:
+   bound there for the whole run).
 2. Topologies, Queues (spec, and the decayed usage of their status) and the
    SchedulerConfig the operator runs with (`--config`, else the defaults).
 3. Every valid PodGroup, as the API holds it or as the operator would create it
@@ -34,17 +34,14 @@ from typing import Any
 import yaml
 
 from kai_ray.effects.live_view import LiveCluster, read_live_cluster
-from kai_ray.effects.status import quantity
-from kai_ray.sim.loader import Document, load_documents
+from kai_ray.sim.loader import HELD_ANNOTATION, Document, load_documents
 from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, TOPOLOGY
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.config import SchedulerConfig
 from kai_ray.values.names import POD_GROUP_ANNOTATION, SIM_SUBMIT_AT
-from kai_ray.values.resources import Resources
-from kai_ray.workloads.pod_fields import pod_key, pod_node, pod_requests
+from kai_ray.workloads.pod_fields import pod_node
 
 Obj = Mapping[str, Any]
-HELD_BY_ANNOTATION = "sim.kai-ray.io/held-by"
 #: Pod fields the simulator reads; the rest of a live pod is noise to it.
 POD_META = ("name", "namespace", "labels", "annotations")
 NODE_ANNOTATIONS_SKIPPED = ("kubectl.kubernetes.io/last-applied-configuration",)
@@ -68,7 +65,8 @@ def live_snapshot(view: LiveCluster, config: SchedulerConfig) -> LiveSnapshot:
     left_out: dict[str, int] = {}
     groups = _valid_groups(view, snapshot, left_out)
     members, held = _sort_pods(view, set(groups), left_out)
-    documents = [_node(node, held.get(name, [])) for name, node in view.cache.items(NODE)]
+    documents = [_node(node) for _, node in view.cache.items(NODE)]
+    documents += [_held_pod(pod) for pod in held]
     documents += [
         _plain(obj) for name, obj in view.cache.items(TOPOLOGY) if name in snapshot.topologies
     ]
@@ -102,10 +100,10 @@ def _valid_groups(
 
 def _sort_pods(
     view: LiveCluster, groups: set[str], left_out: dict[str, int]
-) -> tuple[dict[str, list[Obj]], dict[str, list[Obj]]]:
+) -> tuple[dict[str, list[Obj]], list[Obj]]:
     """Live pods as members of their group, or as room held on their node."""
     members: dict[str, list[Obj]] = {}
-    held: dict[str, list[Obj]] = {}
+    held: list[Obj] = []
     for pod in view.cache.objects().pods:
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             _count(left_out, "finished pod(s)", 1)
@@ -115,7 +113,7 @@ def _sort_pods(
         if group in groups:
             members.setdefault(group, []).append(pod)
         elif node is not None:
-            held.setdefault(node, []).append(pod)
+            held.append(pod)
         else:
             _count(left_out, "pending pod(s) of no gang", 1)
     return members, held
@@ -128,18 +126,14 @@ def _group_of(pod: Obj, scheduler: str) -> str | None:
     return f"{(pod.get('metadata') or {}).get('namespace') or 'default'}/{name}" if name else None
 
 
-def _node(node: Obj, held: list[Obj]) -> dict[str, Any]:
+def _node(node: Obj) -> dict[str, Any]:
     meta = node.get("metadata") or {}
     status = node.get("status") or {}
-    allocatable = Resources.parse(status.get("allocatable") or status.get("capacity"), "status")
-    taken = sum((pod_requests(pod) + {"pods": 1.0} for pod in held), Resources())
     annotations = {
         k: v
         for k, v in (meta.get("annotations") or {}).items()
         if k not in NODE_ANNOTATIONS_SKIPPED
     }
-    if held:
-        annotations[HELD_BY_ANNOTATION] = ",".join(sorted(pod_key(pod) for pod in held))
     spec = node.get("spec") or {}
     ready = [c for c in status.get("conditions") or () if c.get("type") == "Ready"]
     return {
@@ -152,17 +146,19 @@ def _node(node: Obj, held: list[Obj]) -> dict[str, Any]:
         "status": _some(
             {
                 "capacity": status.get("capacity"),
-                "allocatable": _left(allocatable, taken) if held else status.get("allocatable"),
+                "allocatable": status.get("allocatable"),
                 "conditions": [{"type": "Ready", "status": c.get("status")} for c in ready],
             }
         ),
     }
 
 
-def _left(allocatable: Resources, taken: Resources) -> dict[str, int | str]:
-    return {
-        name: quantity(name, max(amount - taken[name], 0.0)) for name, amount in allocatable.items()
-    }
+def _held_pod(pod: Obj) -> dict[str, Any]:
+    held = _pod(pod)
+    annotations = dict(held["metadata"].get("annotations") or {})
+    annotations[HELD_ANNOTATION] = "true"
+    held["metadata"]["annotations"] = annotations
+    return held
 
 
 def _queue(obj: Obj) -> dict[str, Any]:

@@ -21,17 +21,19 @@ from rich.console import Console
 from kai_ray.decisions.cycle import run_cycle
 from kai_ray.effects.live_view import LiveCluster, live_cluster
 from kai_ray.sim.engine import Simulation
-from kai_ray.sim.loader import Document, load_documents
+from kai_ray.sim.loader import HELD_ANNOTATION, Document, load_documents
 from kai_ray.sim.report import build_report
 from kai_ray.tools.cli import main
 from kai_ray.tools.explain import NotFoundError, explain
 from kai_ray.tools.explain_report import render_at
 from kai_ray.tools.explain_view import render
 from kai_ray.tools.explain_whatif import Closeness
-from kai_ray.tools.live_snapshot import HELD_BY_ANNOTATION, live_snapshot
+from kai_ray.tools.live_snapshot import live_snapshot
 from kai_ray.values.config import SchedulerConfig
-from kai_ray.values.names import MIN_MEMBER_ANNOTATION, QUEUE_LABEL
+from kai_ray.values.errors import InvalidObjectError
+from kai_ray.values.names import ADMISSION_GATE, MIN_MEMBER_ANNOTATION, QUEUE_LABEL
 from tests.builders import make_job, make_node, make_pod, make_pod_group, make_queue, make_topology
+from tests.unit.workload_builders import container, raycluster, template, worker
 
 RACK = "kai-ray.io/rack"
 WIDE_REASON = "gang of 2 does not fit: needs 2 pods with 4 GPUs each inside one rack"
@@ -238,10 +240,13 @@ def test_the_snapshot_loads_in_the_simulator_whose_first_cycle_binds_what_the_cy
     assert kinds[:3] == ["Node", "Node", "Node"] and "Job" not in kinds
     groups = [doc["metadata"]["name"] for doc in taken.documents if doc["kind"] == "PodGroup"]
     assert groups == ["a1", "wide", "job-train"], "oldest first, the Job's gang pictured"
-    n2 = next(doc for doc in taken.documents if doc["metadata"]["name"] == "n2")
-    assert n2["status"]["allocatable"]["cpu"] == 62 and n2["metadata"]["annotations"] == {
-        HELD_BY_ANNOTATION: "default/system"
-    }
+    (held,) = [
+        doc
+        for doc in taken.documents
+        if doc["kind"] == "Pod" and doc["metadata"]["name"] == "system"
+    ]
+    assert held["metadata"]["annotations"] == {HELD_ANNOTATION: "true"}
+    assert held["spec"]["nodeName"] == "n2"
 
     expected = run_cycle(view.cache.snapshot(), SchedulerConfig(), 1, 0.0, None).plan.binds
     sim = Simulation(sim_input)
@@ -255,6 +260,49 @@ def test_the_snapshot_loads_in_the_simulator_whose_first_cycle_binds_what_the_cy
     }
     assert simulated == {(b.pod, b.node) for b in expected}
     assert {pod for pod, _ in simulated} == {"default/train-0", "default/train-1"}
+
+
+def _first_cycle_binds(objects: dict[str, list[dict[str, Any]]]) -> tuple[set[Any], set[Any]]:
+    """What the simulator's first cycle on the snapshot binds, and what the cycle on
+    the live cache binds, as (pod, node) pairs."""
+    view = live_cluster(objects, "kai-ray")
+    live = run_cycle(view.cache.snapshot(), SchedulerConfig(), 1, 0.0, None).plan.binds
+    taken = live_snapshot(view, SchedulerConfig())
+    sim = Simulation(load_documents([Document(doc, "snapshot") for doc in taken.documents]))
+    sim.run()
+    pods = build_report(sim)["pods"]
+    first = min(pod["bound_s"] for pod in pods)
+    simulated = {
+        (f"{p['namespace']}/{p['name']}", p["node"]) for p in pods if p["bound_s"] == first
+    }
+    return simulated, {(b.pod, b.node) for b in live}
+
+
+def test_gated_pods_and_a_suspended_rayclusters_gang_are_bound_as_the_cycle_places_them() -> None:
+    objects = _cluster()
+    objects["Pod"] = [
+        make_pod(p["metadata"]["name"])
+        .gpus(1)
+        .label("job-name", "train")
+        .gate(ADMISSION_GATE)
+        .controlled_by("Job", "train")
+        .build()
+        if p["metadata"]["name"].startswith("train")
+        else p
+        for p in objects["Pod"]
+    ]
+    gpu = template(schedulerName="kai-ray", containers=[container(**{"nvidia.com/gpu": "1"})])
+    held = raycluster(
+        worker("gpu", replicas=2, minReplicas=2, template=gpu),
+        head=template(schedulerName="kai-ray"),
+    )
+    held["spec"]["suspend"] = True
+    objects["RayCluster"] = [held]
+    simulated, live = _first_cycle_binds(objects)
+    assert simulated == live
+    placed = {pod for pod, _ in simulated}
+    assert {"default/train-0", "default/train-1"} <= placed
+    assert len([pod for pod in placed if pod.startswith("ns/rc-")]) == 3, placed
 
 
 def test_a_member_above_the_minimum_of_a_gang_bound_before_the_snapshot_joins_it(
@@ -325,3 +373,20 @@ def test_explain_of_a_report_says_what_it_cannot_find_in_one_line(
     assert message in err and err.count("\n") == 1, err
     assert main(["explain", "--report", str(report), "--at", "1h", "podgroup/wide"]) == 0
     assert "PodGroup default/wide in the report" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("node", "message"),
+    [
+        pytest.param(None, "spec.nodeName: a pod with sim.kai-ray.io/held is bound", id="unbound"),
+        pytest.param("n9", "spec.nodeName: no Node named 'n9'", id="on a node that is not there"),
+    ],
+)
+def test_a_held_pod_must_be_bound_to_a_node_of_the_input(node: str | None, message: str) -> None:
+    held = (
+        make_pod("system").scheduler("default-scheduler").cpu(2).annotate(HELD_ANNOTATION, "true")
+    )
+    pod = held.on(node).build() if node else held.build()
+    nodes = [Document(make_node("n0").gpus(4).build(), "in.yaml")]
+    with pytest.raises(InvalidObjectError, match=re.escape(f"Pod default/system: {message}")):
+        load_documents([*nodes, Document(pod, "in.yaml")])
