@@ -36,6 +36,7 @@ from tests.builders import make_job, make_node, make_pod, make_pod_group, make_q
 from tests.unit.workload_builders import container, raycluster, template, worker
 
 RACK = "kai-ray.io/rack"
+LIMIT_TEAM_A_AT_4 = "Queue/team-a.spec.resources.gpu.limit=4"
 WIDE_REASON = "gang of 2 does not fit: needs 2 pods with 4 GPUs each inside one rack"
 
 
@@ -315,6 +316,19 @@ def test_a_member_above_the_minimum_of_a_gang_bound_before_the_snapshot_joins_it
     sim.run()  # the gang's two bound members count: no "partial gang" for the third
     bound = {p["name"]: p["node"] for p in build_report(sim)["pods"]}
     assert bound["a1-2"] in ("n0", "n1", "n2")
+
+
+def test_a_what_if_on_the_snapshot_file_changes_what_binds(
+    view: LiveCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snapshot = tmp_path / "prod.yaml"
+    snapshot.write_text(live_snapshot(view, SchedulerConfig()).yaml("test"))
+    bound = {}
+    for variant, sets in (("as is", []), ("team-a capped", ["--set", LIMIT_TEAM_A_AT_4])):
+        report = tmp_path / f"{variant}.json"
+        assert main(["simulate", str(snapshot), "--report", str(report), "--quiet", *sets]) == 0
+        bound[variant] = {p["name"] for p in json.loads(report.read_text())["pods"]}
+    assert bound == {"as is": {"train-0", "train-1"}, "team-a capped": set()}, capsys.readouterr()
 
 
 # --------------------------------------------------------------- explain --report
