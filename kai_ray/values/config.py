@@ -79,11 +79,24 @@ class RayBackend(ApiModel):
     )
 
 
+class FragmentationScoring(ApiModel):
+    """How `placementStrategy: fragmentation` learns the workload mix (docs/placement.md)."""
+
+    halfLife: Duration = Field(
+        default="1h", description="Half-life of a pod's weight in the mix, by age; 0s: no decay."
+    )
+    coverage: float = Field(
+        default=0.95, gt=0, le=1, description="Score the heaviest classes covering this share."
+    )
+    maxClasses: int = Field(default=8, ge=1, description="Score at most this many classes.")
+
+
 class SchedulerConfigSpec(ApiModel):
     schedulerName: str = "kai-ray"
     cyclePeriod: Duration = "1s"
     actions: list[str] = Field(default_factory=lambda: list(DEFAULT_ACTIONS), min_length=1)
-    placementStrategy: Literal["binpack", "spread"] = "binpack"
+    placementStrategy: Literal["binpack", "spread", "fragmentation"] = "binpack"
+    fragmentation: FragmentationScoring = Field(default_factory=FragmentationScoring)
     timeBasedFairness: TimeBasedFairness = Field(default_factory=TimeBasedFairness)
     staleGangGracePeriod: Duration = "60s"
     consolidationMaxJobs: int = Field(default=8, ge=0)

@@ -8,7 +8,9 @@ pod), spread the emptiest, lowest index on ties; a GPU share prefers a node
 where a partly used device still has room, so shares pack before a fresh
 device is opened. `choose_devices` picks the devices on that node: whole GPUs
 take the lowest untouched devices (never a shared one), a share the fullest
-partly used device that fits, else the lowest untouched one. Pure: no I/O.
+partly used device that fits, else the lowest untouched one. The
+`fragmentation` strategy scores by what a placement strands instead
+(`stranding.py`), on the transaction's workload mix (`mix.py`). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ from collections import Counter
 import numpy as np
 import numpy.typing as npt
 
+from kai_ray.decisions.placement.mix import mix_of
 from kai_ray.decisions.placement.shapes import PodShape
+from kai_ray.decisions.placement.stranding import choose_least_stranding, device_for_share
 from kai_ray.decisions.transaction import Transaction
+from kai_ray.values.config import SchedulerConfigSpec
 from kai_ray.values.resources import EPSILON, GPU
 from kai_ray.workloads.pod_fields import GPU_MEMORY_LABEL
 
@@ -57,12 +62,19 @@ def room_on(tx: Transaction, shape: PodShape, nodes: Indices) -> Counts:
     )
 
 
-def choose_node(tx: Transaction, shape: PodShape, nodes: Indices, spread: bool) -> int | None:
+def choose_node(
+    tx: Transaction, shape: PodShape, nodes: Indices, config: SchedulerConfigSpec
+) -> int | None:
     """The best node of `nodes` for one pod of `shape`, or None when none fits."""
     fit = nodes[room_on(tx, shape, nodes) > 0]
     if not fit.size:
         return None
     score = _remaining_share(tx, shape, fit)
+    if config.placementStrategy == "fragmentation":
+        mix = mix_of(tx, config.fragmentation).arrays(tx)
+        if len(mix.probability):
+            return choose_least_stranding(tx, shape, fit, mix, score)
+    spread = config.placementStrategy == "spread"
     if shape.shares_gpu:
         bonus = PACKING_BONUS * _has_partial_device(tx, shape, fit)
         score = score + bonus if spread else score - bonus
@@ -92,13 +104,19 @@ def _has_partial_device(tx: Transaction, shape: PodShape, fit: Indices) -> Matri
     return has
 
 
-def choose_devices(tx: Transaction, shape: PodShape, node: int) -> tuple[int, ...]:
+def choose_devices(
+    tx: Transaction, shape: PodShape, node: int, config: SchedulerConfigSpec
+) -> tuple[int, ...]:
     devices = tx.devices[node]
     untouched = np.flatnonzero(devices >= 1.0 - EPSILON)
     if shape.whole_gpus:
         return tuple(int(d) for d in untouched[: shape.whole_gpus])
     if not shape.shares_gpu:
         return ()
+    if config.placementStrategy == "fragmentation":
+        mix = mix_of(tx, config.fragmentation).arrays(tx)
+        if len(mix.probability):
+            return (device_for_share(tx, shape, node, mix),)
     fraction = shape.fraction[node]
     partial = np.flatnonzero((devices < 1.0 - EPSILON) & (devices >= fraction - EPSILON))
     if partial.size:

@@ -68,10 +68,6 @@ class Context:
     config: SchedulerConfigSpec
 
     @property
-    def spread(self) -> bool:
-        return self.config.placementStrategy == "spread"
-
-    @property
     def backend(self) -> PlacementBackend:
         """Made on first use: a gang without topology never needs (or starts) Ray."""
         return backend_for(self.tx, self.config)
@@ -146,7 +142,7 @@ def place_pods(ctx: Context, pods: list[PodState], node_set: NodeSet) -> Failure
         nodes = _allowed(ctx, pod, node_set, allowed_by_signature)
         node = _nominated_node(ctx, shape, nodes)
         if node is None:
-            node = choose_node(ctx.tx, shape, nodes, ctx.spread)
+            node = choose_node(ctx.tx, shape, nodes, ctx.config)
         if node is None:
             return Failure(pod=pod, node_set=node_set, count=_same_kind(pods, pod))
         place_on(ctx, pod, node)
@@ -164,13 +160,13 @@ def _nominated_node(ctx: Context, shape: PodShape, nodes: Indices) -> int | None
     left = Counter(index[name] for name in nominated if name in index)
     left.subtract(p.node for p in ctx.tx.placed.values() if p.bind.group == ctx.group.key)
     candidates = np.array([n for n in nodes if left[int(n)] > 0], dtype=np.intp)
-    return choose_node(ctx.tx, shape, candidates, ctx.spread) if candidates.size else None
+    return choose_node(ctx.tx, shape, candidates, ctx.config) if candidates.size else None
 
 
 def place_on(ctx: Context, pod: PodState, node: int) -> None:
     tx = ctx.tx
     shape = shape_of(tx, pod)
-    devices = choose_devices(tx, shape, node)
+    devices = choose_devices(tx, shape, node, ctx.config)
     fraction = float(shape.fraction[node]) if shape.shares_gpu else 0.0
     bind = Bind(pod.key, ctx.group.key, tx.snapshot.node_names[node], devices, fraction)
     tx.place(Placement(bind, node, shape.taken(node, tx.snapshot.column(GPU)), fraction))
