@@ -2,7 +2,7 @@
 
 The samples (`ray-cluster.kai-scheduler.yaml` and `ray-cluster.kai-gpu-sharing.yaml`)
 are read at test time from the KubeRay module the e2e control plane builds
-(`e2e/controlplane/kuberay/go.mod`), never copied here. Their KAI Queues go through
+(tests/kuberay_samples.py), never copied here. Their KAI Queues go through
 `kai-ray migrate`; their RayClusters, with KAI's `kai.scheduler/queue` label and
 `gpu-fraction` annotation, go to the simulator as they are.
 """
@@ -10,8 +10,6 @@ are read at test time from the KubeRay module the e2e control plane builds
 from __future__ import annotations
 
 import json
-import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,31 +17,15 @@ import pytest
 import yaml
 
 from kai_ray.tools.cli import main
+from tests.kuberay_samples import BASIC, GPU_SHARING, sample_documents
 
-ROOT = Path(__file__).resolve().parents[2]
-WRAPPER = ROOT / "e2e" / "controlplane" / "kuberay"
-MODULE = "github.com/ray-project/kuberay/ray-operator"
 #: The one change `migrate` reports on these Queues: KAI's quota -1 with limit -1.
 UNLIMITED_QUOTA = "spec.resources.{gpu,cpu,memory}.quota: -1 with limit -1"
 
 
-def kuberay_samples() -> Path:
-    """The samples folder of the KubeRay module the e2e wrapper pins (downloaded if needed)."""
-    version = re.search(rf"{re.escape(MODULE)} (v\S+)", (WRAPPER / "go.mod").read_text())
-    assert version, f"{WRAPPER / 'go.mod'} does not require {MODULE}"
-    found = subprocess.run(
-        ["go", "mod", "download", "-json", f"{MODULE}@{version.group(1)}"],
-        cwd=WRAPPER,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(json.loads(found.stdout)["Dir"]) / "config" / "samples"
-
-
 def split_sample(name: str, folder: Path) -> tuple[Path, dict[str, Any]]:
     """The sample's Queues as a file of their own, and its RayCluster as written."""
-    docs = [d for d in yaml.safe_load_all((kuberay_samples() / name).read_text()) if d]
+    docs = sample_documents(name)
     queues = [d for d in docs if d["kind"] == "Queue"]
     (cluster,) = [d for d in docs if d["kind"] == "RayCluster"]
     assert {q["apiVersion"] for q in queues} == {"scheduling.run.ai/v2"}
@@ -86,7 +68,7 @@ def migrate_and_simulate(
 def test_basic_sample_runs_whole_in_its_team_queue(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    report, cluster = migrate_and_simulate("ray-cluster.kai-scheduler.yaml", tmp_path, capsys)
+    report, cluster = migrate_and_simulate(BASIC, tmp_path, capsys)
     assert cluster["metadata"]["labels"] == {"kai.scheduler/queue": "team-a"}
     (job,) = report["jobs"]
     assert (job["kind"], job["queue"], job["min_member"]) == ("RayCluster", "team-a", 3)
@@ -98,7 +80,7 @@ def test_basic_sample_runs_whole_in_its_team_queue(
 def test_gpu_sharing_sample_puts_both_halves_on_one_device(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    report, cluster = migrate_and_simulate("ray-cluster.kai-gpu-sharing.yaml", tmp_path, capsys)
+    report, cluster = migrate_and_simulate(GPU_SHARING, tmp_path, capsys)
     (group,) = cluster["spec"]["workerGroupSpecs"]
     assert group["template"]["metadata"]["annotations"] == {"gpu-fraction": "0.5"}
     (job,) = report["jobs"]
