@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kai_ray.decisions.cycle import CycleResult, run_cycle
-from kai_ray.decisions.plan import Bind, Plan
+from kai_ray.decisions.plan import Bind, GroupStatus, Plan
 from kai_ray.decisions.usage import UsageState
 from kai_ray.effects.binder import ApplyReport, Binder, Outcome
 from kai_ray.effects.kube import (
@@ -42,6 +42,7 @@ from kai_ray.effects.metrics import process_metrics
 from kai_ray.effects.reporting import merge_condition, problems_condition
 from kai_ray.effects.status import pod_group_status, queue_statuses
 from kai_ray.state.cache import POD, POD_GROUP, QUEUE, ClusterCache, object_key
+from kai_ray.state.groups import PodGroupState
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.clock import Clock, WallClock, rfc3339
 from kai_ray.values.config import SchedulerConfig, duration_seconds
@@ -113,6 +114,9 @@ class SchedulingLoop:
         self._thread = threading.Thread(target=self._run, name="scheduling-loop", daemon=True)
         #: Status bodies last written, by (kind, key): a write only when they change.
         self._written: dict[tuple[str, str], Mapping[str, Any]] = {}
+        #: The PodGroup status bodies last made, with what they were made of: a
+        #: group whose inputs are the same objects is not worked out again.
+        self._group_bodies: dict[str, _StatusBody] = {}
         self._created_groups: set[str] = set()
         #: The problems last reported on each object, by (kind, key).
         self._problems: dict[tuple[str, str], str] = {}
@@ -350,15 +354,28 @@ class SchedulingLoop:
         planned = _statuses_by_group(result.plan)
         phases: dict[str, str] = {}
         changes: list[tuple[str, str, Mapping[str, Any], ObjectRef]] = []
+        if len(self._group_bodies) > len(snapshot.pod_groups):
+            for gone in self._group_bodies.keys() - snapshot.pod_groups.keys():
+                del self._group_bodies[gone]
         for key, group in snapshot.pod_groups.items():
             why, count = evicted.get(key, ("", 0))
+            inputs = _StatusInputs(group, planned.get(key), why, count)
+            kept = self._group_bodies.get(key)
+            if (
+                kept is not None
+                and kept.inputs.same_as(inputs)
+                and self._written.get((POD_GROUP, key)) == kept.body
+            ):
+                # The same group state (the cache keeps it while nothing of it
+                # changed), told the same: the body written last is still right.
+                phases[key] = kept.phase
+                continue
             partly = count if count < len(group.bound) else None
-            body = pod_group_status(
-                group, planned.get(key), why or None, stamp, evicted_pods=partly
-            )
+            body = pod_group_status(group, inputs.planned, why or None, stamp, evicted_pods=partly)
             phases[key] = str(body["phase"])
             # Groups in the snapshot are valid (the others are reported as problems).
             body["conditions"] = merge_condition(body["conditions"], problems_condition([], stamp))
+            self._group_bodies[key] = _StatusBody(inputs, body, phases[key])
             changes.append((POD_GROUP, key, body, group.ref()))
         with self.lock:
             previous = {
@@ -409,6 +426,31 @@ class SchedulingLoop:
         reason = str(body.get("reason") or "")
         if kind == POD_GROUP and reason and reason != before.get("reason"):
             self.writer.record_event(ref, True, "Unschedulable", reason)
+
+
+@dataclass(frozen=True)
+class _StatusInputs:
+    """What a PodGroup's status body is made of, besides the time."""
+
+    group: PodGroupState
+    planned: GroupStatus | None
+    evicted_reason: str
+    evicted_pods: int
+
+    def same_as(self, other: _StatusInputs) -> bool:
+        return (
+            self.group is other.group
+            and self.planned == other.planned
+            and (self.evicted_reason, self.evicted_pods)
+            == (other.evicted_reason, other.evicted_pods)
+        )
+
+
+@dataclass(frozen=True)
+class _StatusBody:
+    inputs: _StatusInputs
+    body: Mapping[str, Any]
+    phase: str
 
 
 class _Stopwatch:
