@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import os
 import platform
+import re
 import resource
 import shutil
 import signal
@@ -266,7 +267,9 @@ def live_figures(args: argparse.Namespace) -> dict[str, dict[str, float]]:
             bodies = [pod_body(f"p{i}", "kai-ray") for i in range(args.pods)]
             figures["kai-ray"] = timed_run(core, "bench-kai", bodies, args.timeout, pid)
             delete_namespace(core, "bench-kai")
+            mark = log.stat().st_size
             figures["gang"] = gang_run(core, api, args.gang, args.timeout)
+            figures["gang"] |= cycles_that_bound(log, mark)
             delete_namespace(core, "bench-gang")
         bodies = [pod_body(f"p{i}", "default-scheduler") for i in range(args.pods)]
         run = Path(ENV["KAI_RAY_E2E_RUN"])
@@ -276,6 +279,18 @@ def live_figures(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         )
         print(f"operator log: {log}", file=sys.stderr)
     return figures
+
+
+CYCLE_LINE = re.compile(r"\[cycle (\d+)\] (\d+) bound, (\d+) waiting for evictions")
+
+
+def cycles_that_bound(log: Path, since: int) -> dict[str, float]:
+    """From the operator's log after byte `since`: how many cycles bound pods, and
+    the most one cycle bound (the gang is bound within one cycle when it is 1)."""
+    with log.open() as text:
+        text.seek(since)
+        bound = [int(m.group(2)) for m in CYCLE_LINE.finditer(text.read()) if int(m.group(2))]
+    return {"cycles_binding": len(bound), "most_bound_in_one_cycle": max(bound, default=0)}
 
 
 def gang_run(
