@@ -442,6 +442,34 @@ def test_kai_scheduler_configuration_file_in_its_config_map() -> None:
     assert [c.split(":")[0] for c in changes(migration)] == ["spec.minRuntime.reclaimMinRuntime"]
 
 
+def test_node_placement_arguments_replace_the_placement_strategy() -> None:
+    config, migration = only(
+        """
+        apiVersion: kai.scheduler/v1
+        kind: SchedulingShard
+        metadata: {name: default}
+        spec:
+          placementStrategy: {gpu: binpack, cpu: binpack}
+          plugins:
+            nodeplacement: {arguments: {gpu: spread, cpu: binpack}}
+        """
+    )
+    assert config["spec"]["placementStrategy"] == "spread"
+    assert [c.split(":")[0] for c in changes(migration)] == ["spec.plugins.nodeplacement.arguments"]
+    file_config, file_migration = only(
+        """
+        actions: "allocate, reclaim"
+        tiers:
+        - plugins:
+          - name: nodeplacement
+            arguments: {gpu: spread, cpu: spread}
+        """
+    )
+    assert file_config["spec"]["placementStrategy"] == "spread"
+    assert file_config["spec"]["actions"] == ["allocate", "reclaim"]
+    assert not file_migration.changes_behaviour
+
+
 def test_bad_window_is_refused_naming_the_field() -> None:
     with pytest.raises(InvalidObjectError) as caught:
         run(

@@ -2,8 +2,9 @@
 
 Documents keep their order. KAI's Queues, PodGroups and Topologies become kai-ray's;
 a SchedulingShard, or KAI's scheduler configuration file (alone or in its
-ConfigMap), becomes a SchedulerConfig, with the operator `Config`'s scheduler name;
-workloads get kai-ray's labels, annotations and scheduler name; BindRequests
+ConfigMap), becomes a SchedulerConfig; the operator `Config` says which scheduler
+name KAI's pods carry (read first, not written); workloads get kai-ray's labels,
+annotations and scheduler name; BindRequests
 (KAI's runtime objects) are dropped; anything else passes as it is. Every kai-ray
 object written is validated by kai-ray's own models, so what comes out is what
 the operator and the simulator accept. Pure: no I/O.

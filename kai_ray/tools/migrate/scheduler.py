@@ -93,9 +93,15 @@ def shard_settings(doc: dict[str, Any], findings: Findings) -> Settings:
     spec = mapping(doc.get("spec"), "spec")
     settings = Settings(str(meta.get("name") or "default"))
     out = settings.spec
-    out["placementStrategy"] = _placement(spec.get("placementStrategy"), findings)
-    out["actions"] = _shard_actions(spec.get("actions"), out["placementStrategy"], findings)
     plugins = mapping(spec.get("plugins"), "spec.plugins")
+    placed_by = _node_placement(plugins, "spec.plugins")
+    if placed_by is None:  # the plugin's arguments, when given, replace these
+        placed_by = (
+            mapping(spec.get("placementStrategy"), "spec.placementStrategy"),
+            "spec.placementStrategy",
+        )
+    out["placementStrategy"] = _placement(*placed_by, findings)
+    out["actions"] = _shard_actions(spec.get("actions"), out["placementStrategy"], findings)
     k_value = _k_value(spec.get("kValue"), plugins, findings)
     out["timeBasedFairness"] = _fairness(spec.get("usageDBConfig"), k_value, "spec", findings)
     _plugins(plugins, "spec.plugins", findings)
@@ -138,6 +144,9 @@ def file_settings(doc: dict[str, Any], findings: Findings) -> Settings:
             block = mapping(plugin, f"tiers[{t}].plugins[{p}]")
             name = text(block.get("name"), f"tiers[{t}].plugins[{p}].name") or ""
             plugins[name] = {"arguments": block.get("arguments") or {}}
+    placed_by = _node_placement(plugins, "tiers[].plugins")
+    if placed_by is not None:
+        settings.spec["placementStrategy"] = _placement(*placed_by, findings)
     k_value = _k_value(None, plugins, findings)
     settings.spec["timeBasedFairness"] = _fairness(doc.get("usageDBConfig"), k_value, "", findings)
     _plugins(plugins, "tiers[].plugins", findings)
@@ -169,18 +178,24 @@ def scheduler_config(settings: Settings, scheduler_name: str) -> dict[str, Any]:
     }
 
 
-def _placement(value: Any, findings: Findings) -> str:
-    block = mapping(value, "spec.placementStrategy")
-    gpu = text(block.get("gpu"), "spec.placementStrategy.gpu") or "binpack"
-    cpu = text(block.get("cpu"), "spec.placementStrategy.cpu") or "binpack"
+def _node_placement(plugins: dict[str, Any], prefix: str) -> tuple[dict[str, Any], str] | None:
+    """The nodeplacement plugin's arguments (`gpu`, `cpu`) and their path, when given."""
+    path = f"{prefix}.nodeplacement.arguments"
+    block = mapping(plugins.get("nodeplacement"), f"{prefix}.nodeplacement")
+    arguments = mapping(block.get("arguments"), path)
+    return (arguments, path) if arguments else None
+
+
+def _placement(block: dict[str, Any], path: str, findings: Findings) -> str:
+    """binpack or spread: KAI's GPU and CPU strategies, which kai-ray has as one."""
+    gpu = text(block.get("gpu"), f"{path}.gpu") or "binpack"
+    cpu = text(block.get("cpu"), f"{path}.cpu") or "binpack"
     for key, strategy in (("gpu", gpu), ("cpu", cpu)):
         if strategy not in ("binpack", "spread"):
-            raise InvalidFieldError(
-                f"spec.placementStrategy.{key}", f"binpack or spread, got {strategy!r}"
-            )
+            raise InvalidFieldError(f"{path}.{key}", f"binpack or spread, got {strategy!r}")
     if gpu != cpu:
         findings.change(
-            "spec.placementStrategy",
+            path,
             f"kai-ray has one strategy for every pod: {gpu} (the GPU one) is written; "
             f"CPU-only pods were placed by {cpu}",
         )
