@@ -1,0 +1,127 @@
+"""What the binder writes to a ResourceClaim: its allocation, and who uses it.
+
+Before a pod with claims is bound, each of its claims gets kube-scheduler's
+finalizer, then `status.allocation` (the devices, and the nodes they can be used
+from) and the pod in `status.reservedFor`. A claim the pods of a gang share is
+allocated once; later pods only join `reservedFor`. When a pod goes, it leaves
+`reservedFor`; a claim no pod reserves any longer loses its allocation and the
+finalizer (the controller-manager's resource claim controller does the same in
+a cluster; the simulator relies on this). Writes carry the claim's
+resourceVersion, so a claim changed meanwhile is a conflict, not an overwrite.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kai_ray.state.dra_allocate import ClaimAllocation
+from kai_ray.values.dra import CLAIM_FINALIZER, ResourceClaim
+
+#: Most consumers one claim may list (the API server's limit).
+MAX_RESERVED_FOR = 256
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """A pod that uses a claim."""
+
+    name: str
+    uid: str
+
+    def reference(self) -> dict[str, str]:
+        # apiGroup is omitted: pods are in the core group ("").
+        return {"resource": "pods", "name": self.name, "uid": self.uid}
+
+
+@dataclass(frozen=True)
+class ClaimWrite:
+    """A claim's finalizers after the write, and the status fields it changes
+    (`allocation` only when it is written or removed: None removes it)."""
+
+    namespace: str
+    name: str
+    resource_version: str | None
+    finalizers: tuple[str, ...]
+    status: dict[str, Any]
+
+    def finalizer_patch(self) -> dict[str, Any]:
+        """A merge patch of the claim itself (finalizers live outside the status)."""
+        return {"metadata": {**self._version(), "finalizers": list(self.finalizers)}}
+
+    def status_patch(self) -> dict[str, Any]:
+        """A merge patch of the claim's status subresource; `reservedFor` whole, so a
+        list written here never merges with a stale one."""
+        return {"metadata": self._version(), "status": self.status}
+
+    def _version(self) -> dict[str, str]:
+        return {} if self.resource_version is None else {"resourceVersion": self.resource_version}
+
+
+def allocation_body(allocation: ClaimAllocation) -> dict[str, Any]:
+    """`status.allocation` for these devices (resource.k8s.io/v1 AllocationResult)."""
+    results = [
+        {
+            "request": d.request,
+            "driver": d.ref.driver,
+            "pool": d.ref.pool,
+            "device": d.ref.device,
+        }
+        for d in allocation.devices
+    ]
+    body: dict[str, Any] = {"devices": {"results": results}}
+    if allocation.node_selector is not None:
+        body["nodeSelector"] = allocation.node_selector.model_dump(
+            mode="json", exclude_defaults=True
+        )
+    return body
+
+
+def allocation_write(
+    claim: ResourceClaim, allocation: ClaimAllocation, pod: Consumer
+) -> ClaimWrite:
+    """The claim allocated (unless it was already) and reserved for `pod` as well."""
+    status: dict[str, Any] = {}
+    if allocation.new:
+        status["allocation"] = allocation_body(allocation)
+    reserved = [r for r in _reserved(claim) if r["uid"] != pod.uid]
+    if len(reserved) >= MAX_RESERVED_FOR:
+        raise ValueError(f"{claim.metadata.name}: already reserved for {len(reserved)} pods")
+    status["reservedFor"] = [*reserved, pod.reference()]
+    finalizers = _finalizers(claim)
+    if CLAIM_FINALIZER not in finalizers:
+        finalizers = (*finalizers, CLAIM_FINALIZER)
+    return _write(claim, finalizers, status)
+
+
+def release_write(claim: ResourceClaim, pod_uid: str) -> ClaimWrite:
+    """The claim once `pod_uid` no longer uses it: deallocated when nobody does."""
+    reserved = [r for r in _reserved(claim) if r["uid"] != pod_uid]
+    status: dict[str, Any] = {"reservedFor": reserved}
+    finalizers = _finalizers(claim)
+    if not reserved:
+        status["allocation"] = None
+        finalizers = tuple(f for f in finalizers if f != CLAIM_FINALIZER)
+    return _write(claim, finalizers, status)
+
+
+def _reserved(claim: ResourceClaim) -> list[dict[str, str]]:
+    return [r.model_dump(mode="json", exclude_defaults=True) for r in claim.status.reservedFor]
+
+
+def _finalizers(claim: ResourceClaim) -> tuple[str, ...]:
+    extra = claim.metadata.model_extra or {}
+    return tuple(str(f) for f in extra.get("finalizers") or ())
+
+
+def _write(claim: ResourceClaim, finalizers: tuple[str, ...], status: dict[str, Any]) -> ClaimWrite:
+    meta = claim.metadata
+    version = (meta.model_extra or {}).get("resourceVersion")
+    return ClaimWrite(
+        namespace=meta.namespace or "",
+        name=meta.name,
+        resource_version=None if version is None else str(version),
+        finalizers=finalizers,
+        status=status,
+    )
