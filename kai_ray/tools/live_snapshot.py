@@ -18,8 +18,10 @@ and written as one multi-document YAML that `kai-ray simulate` loads:
    (`sim.kai-ray.io/submit-at`), so the simulator's first cycle, at one cycle
    period, sees them all in the cluster's order.
 
-What is left out (invalid objects, finished pods, pending pods of no gang) is
-counted in `LiveSnapshot.left_out`. Pure apart from the read: builds text.
+What is left out (invalid objects, finished pods, pending pods of no gang, pods
+bound to a node that is not there) is counted in `LiveSnapshot.left_out`.
+`live_snapshot` is pure; `write_live_snapshot` reads the cluster once and
+writes the one file.
 """
 
 from __future__ import annotations
@@ -104,12 +106,18 @@ def _sort_pods(
     """Live pods as members of their group, or as room held on their node."""
     members: dict[str, list[Obj]] = {}
     held: list[Obj] = []
+    nodes = {name for name, _ in view.cache.items(NODE)}
     for pod in view.cache.objects().pods:
+        node = pod_node(pod)
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             _count(left_out, "finished pod(s)", 1)
             continue
+        if node is not None and node not in nodes:
+            # The operator neither places nor counts it either (a node deleted, or
+            # not seen yet): nothing is known of where it runs.
+            _count(left_out, "pod(s) bound to a node that is not there", 1)
+            continue
         group = _group_of(pod, view.scheduler)
-        node = pod_node(pod)
         if group in groups:
             members.setdefault(group, []).append(pod)
         elif node is not None:

@@ -318,6 +318,19 @@ def test_a_member_above_the_minimum_of_a_gang_bound_before_the_snapshot_joins_it
     assert bound["a1-2"] in ("n0", "n1", "n2")
 
 
+def test_pods_bound_to_a_node_that_is_not_there_are_left_out_and_counted() -> None:
+    objects = _cluster()
+    objects["Pod"] += [
+        make_pod("orphan").scheduler("default-scheduler").cpu(1).on("gone").build(),
+        make_pod("a1-9").gpus(1).group("a1").on("gone").build(),
+    ]
+    taken = live_snapshot(live_cluster(objects, "kai-ray"), SchedulerConfig())
+    load_documents([Document(doc, "snapshot") for doc in taken.documents])
+    names = {doc["metadata"]["name"] for doc in taken.documents if doc["kind"] == "Pod"}
+    assert not names & {"orphan", "a1-9"}
+    assert taken.left_out == {"pod(s) bound to a node that is not there": 2}
+
+
 def test_a_what_if_on_the_snapshot_file_changes_what_binds(
     view: LiveCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
