@@ -40,6 +40,7 @@ from kai_ray.sim.loader import HELD_ANNOTATION, Document, load_documents
 from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, TOPOLOGY
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.config import SchedulerConfig
+from kai_ray.values.errors import InvalidObjectError, ObjectRef
 from kai_ray.values.names import POD_GROUP_ANNOTATION, SIM_SUBMIT_AT
 from kai_ray.workloads.pod_fields import pod_node
 
@@ -87,7 +88,34 @@ def live_snapshot(view: LiveCluster, config: SchedulerConfig) -> LiveSnapshot:
     for rank, (key, group) in enumerate(groups.items()):
         documents.append(_pod_group(group, rank))
         documents += [_pod(pod) for pod in members.get(key, [])]
-    return LiveSnapshot(documents, left_out)
+    return _loadable(LiveSnapshot(documents, left_out))
+
+
+def _loadable(taken: LiveSnapshot) -> LiveSnapshot:
+    """The snapshot less the PodGroups the simulator's loader refuses (a topology or
+    a level that does not exist, a queue that does not admit the namespace: the
+    operator keeps them waiting, the simulator will not load them), with their pods.
+    Anything else it refuses is a bug here, raised as it is."""
+    while True:
+        try:
+            load_documents([Document(doc, "snapshot") for doc in taken.documents])
+            return taken
+        except InvalidObjectError as err:
+            refused = next((p.obj for p in err.problems if p.obj.kind == POD_GROUP), None)
+            if refused is None:
+                raise
+            taken.documents = [d for d in taken.documents if not _of_group(d, refused)]
+            _count(taken.left_out, "PodGroup(s) the simulator refuses", 1)
+
+
+def _of_group(doc: Obj, group: ObjectRef) -> bool:
+    """The PodGroup `group` or one of its pods."""
+    meta = doc.get("metadata") or {}
+    if (meta.get("namespace") or "default") != (group.namespace or "default"):
+        return False
+    if doc.get("kind") == POD_GROUP:
+        return bool(meta.get("name") == group.name)
+    return bool((meta.get("annotations") or {}).get(POD_GROUP_ANNOTATION) == group.name)
 
 
 def _valid_groups(
@@ -229,9 +257,7 @@ def write_live_snapshot(kubeconfig: str | None, config: Path | None, output: Pat
 
     settings = read_config(config)
     view = read_live_cluster(kubeconfig, settings.spec.schedulerName)
-    taken = live_snapshot(view, settings)
-    documents = [Document(doc, str(output)) for doc in taken.documents]
-    load_documents(documents)  # what the simulator would refuse is a bug here: said at once
+    taken = live_snapshot(view, settings)  # checked as the simulator will load it
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(taken.yaml(kubeconfig or os.environ.get("KUBECONFIG") or "in-cluster"))
     if taken.left_out:

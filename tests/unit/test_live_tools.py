@@ -331,6 +331,17 @@ def test_pods_bound_to_a_node_that_is_not_there_are_left_out_and_counted() -> No
     assert taken.left_out == {"pod(s) bound to a node that is not there": 2}
 
 
+def test_a_podgroup_the_simulator_would_refuse_is_left_out_with_its_pods() -> None:
+    objects = _cluster()
+    lost = make_pod_group("lost").queue("team-b").min_member(1).topology("no-such-dc", "rack")
+    objects["PodGroup"].append(lost.build())
+    objects["Pod"].append(make_pod("lost-0").gpus(1).group("lost").build())
+    taken = live_snapshot(live_cluster(objects, "kai-ray"), SchedulerConfig())
+    names = {doc["metadata"]["name"] for doc in taken.documents}
+    assert not names & {"lost", "lost-0"} and {"wide", "wide-0"} <= names
+    assert taken.left_out == {"PodGroup(s) the simulator refuses": 1}
+
+
 def test_a_what_if_on_the_snapshot_file_changes_what_binds(
     view: LiveCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
