@@ -278,8 +278,8 @@ def resource_weights(tx: Transaction) -> Matrix:
         capacity = np.sum(snapshot.allocatable[snapshot.schedulable], axis=0)
         gpu = snapshot.column(GPU)
         gpus = capacity[gpu] if capacity[gpu] > 0 else 1.0
-        with np.errstate(divide="ignore"):
-            weights = np.where(capacity > 0, OTHER_WEIGHT * gpus / capacity, 0.0)
+        weights = np.zeros_like(capacity)
+        np.divide(OTHER_WEIGHT * gpus, capacity, out=weights, where=capacity > 0)
         weights[gpu] = 1.0
         if POD_COUNT in snapshot.resource_names:
             weights[snapshot.column(POD_COUNT)] = 0.0
