@@ -67,8 +67,13 @@ def live_snapshot(view: LiveCluster, config: SchedulerConfig) -> LiveSnapshot:
     snapshot = view.cache.snapshot()
     left_out: dict[str, int] = {}
     groups = _valid_groups(view, snapshot, left_out)
-    members, held = _sort_pods(view, set(groups), left_out)
-    documents = [_node(node) for _, node in view.cache.items(NODE)]
+    members, held = _sort_pods(view, snapshot, set(groups), left_out)
+    documents = [
+        _node(node) for name, node in view.cache.items(NODE) if name in snapshot.node_index
+    ]
+    _count(
+        left_out, "invalid Node(s)", len(list(view.cache.items(NODE))) - len(snapshot.node_names)
+    )
     documents += [_held_pod(pod) for pod in held]
     documents += [
         _plain(obj) for name, obj in view.cache.items(TOPOLOGY) if name in snapshot.topologies
@@ -92,30 +97,36 @@ def live_snapshot(view: LiveCluster, config: SchedulerConfig) -> LiveSnapshot:
 
 
 def _loadable(taken: LiveSnapshot) -> LiveSnapshot:
-    """The snapshot less the PodGroups the simulator's loader refuses (a topology or
-    a level that does not exist, a queue that does not admit the namespace: the
-    operator keeps them waiting, the simulator will not load them), with their pods.
-    Anything else it refuses is a bug here, raised as it is."""
+    """The snapshot less what the simulator's loader refuses and the operator takes:
+    a PodGroup naming a Topology or level that does not exist, or a queue that does
+    not admit its namespace (the operator keeps it waiting), with its pods; a Node,
+    Queue, Topology or pod it finds wrong. Each is counted; a refused SchedulerConfig
+    is raised as it is."""
     while True:
         try:
             load_documents([Document(doc, "snapshot") for doc in taken.documents])
             return taken
         except InvalidObjectError as err:
-            refused = next((p.obj for p in err.problems if p.obj.kind == POD_GROUP), None)
+            refused = next((p.obj for p in err.problems if p.obj.kind in REFUSABLE), None)
             if refused is None:
                 raise
-            taken.documents = [d for d in taken.documents if not _of_group(d, refused)]
-            _count(taken.left_out, "PodGroup(s) the simulator refuses", 1)
+            taken.documents = [d for d in taken.documents if not _refused(d, refused)]
+            _count(taken.left_out, f"{refused.kind}(s) the simulator refuses", 1)
 
 
-def _of_group(doc: Obj, group: ObjectRef) -> bool:
-    """The PodGroup `group` or one of its pods."""
+#: Kinds of object the snapshot leaves out when the simulator refuses one.
+REFUSABLE = (NODE, POD, POD_GROUP, QUEUE, TOPOLOGY)
+
+
+def _refused(doc: Obj, obj: ObjectRef) -> bool:
+    """`doc` is the refused object, or a pod of a refused PodGroup."""
     meta = doc.get("metadata") or {}
-    if (meta.get("namespace") or "default") != (group.namespace or "default"):
+    if obj.namespace is not None and (meta.get("namespace") or "default") != obj.namespace:
         return False
-    if doc.get("kind") == POD_GROUP:
-        return bool(meta.get("name") == group.name)
-    return bool((meta.get("annotations") or {}).get(POD_GROUP_ANNOTATION) == group.name)
+    if doc.get("kind") == obj.kind:
+        return bool(meta.get("name") == obj.name)
+    named = (meta.get("annotations") or {}).get(POD_GROUP_ANNOTATION)
+    return obj.kind == POD_GROUP and doc.get("kind") == POD and named == obj.name
 
 
 def _valid_groups(
@@ -129,12 +140,12 @@ def _valid_groups(
 
 
 def _sort_pods(
-    view: LiveCluster, groups: set[str], left_out: dict[str, int]
+    view: LiveCluster, snapshot: Snapshot, groups: set[str], left_out: dict[str, int]
 ) -> tuple[dict[str, list[Obj]], list[Obj]]:
     """Live pods as members of their group, or as room held on their node."""
     members: dict[str, list[Obj]] = {}
     held: list[Obj] = []
-    nodes = {name for name, _ in view.cache.items(NODE)}
+    nodes = snapshot.node_index
     for pod in view.cache.objects().pods:
         node = pod_node(pod)
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):

@@ -342,6 +342,20 @@ def test_a_podgroup_the_simulator_would_refuse_is_left_out_with_its_pods() -> No
     assert taken.left_out == {"PodGroup(s) the simulator refuses": 1}
 
 
+def test_a_node_the_simulator_refuses_is_left_out_with_the_pods_bound_there() -> None:
+    objects = _cluster()
+    broken = make_node("n3").build()
+    broken["status"]["capacity"] = {"cpu": "lots"}
+    objects["Node"].append(broken)
+    objects["Pod"].append(make_pod("on-n3").scheduler("default-scheduler").on("n3").build())
+    taken = live_snapshot(live_cluster(objects, "kai-ray"), SchedulerConfig())
+    assert not {"n3", "on-n3"} & {doc["metadata"]["name"] for doc in taken.documents}
+    assert taken.left_out == {
+        "Node(s) the simulator refuses": 1,
+        "Pod(s) the simulator refuses": 1,
+    }
+
+
 def test_a_what_if_on_the_snapshot_file_changes_what_binds(
     view: LiveCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
