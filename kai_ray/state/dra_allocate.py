@@ -120,8 +120,8 @@ def _allocate_claim(
             for r in allocated.devices.results
         )
         return ClaimAllocation(namespace, name, results, where, new=False)
-    search = _Search(claim, node, inventory, taken)
     try:
+        search = _Search(claim, node, inventory, taken)
         chosen = search.run()
     except _Abort as abort:
         return Unallocatable(abort.reason)
