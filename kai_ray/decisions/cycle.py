@@ -21,7 +21,7 @@ from kai_ray.decisions.allocate import AllocateAction
 from kai_ray.decisions.booking import held_ledger
 from kai_ray.decisions.consolidate import ConsolidateAction
 from kai_ray.decisions.context import Action, ActionRegistry, CycleContext, CycleLog
-from kai_ray.decisions.fairness import cluster_capacity, fair_shares
+from kai_ray.decisions.fairness import OverCommitment, cluster_capacity, fair_shares, over_committed
 from kai_ray.decisions.fairness import leaf_requests as leaf_requests
 from kai_ray.decisions.ordering import waiting_gangs
 from kai_ray.decisions.plan import Plan
@@ -75,6 +75,8 @@ class CycleResult:
     fair_shares: Mapping[str, Resources]
     #: Usage after this cycle; hand it back to the next cycle (and persist its queues).
     usage: UsageState = field(default_factory=UsageState)
+    #: Sibling queues whose quotas add up to more than they share (a warning).
+    over_committed: tuple[OverCommitment, ...] = ()
 
 
 def run_cycle(
@@ -114,4 +116,5 @@ def run_cycle(
     if k > 0 and still_moving(before, usage) and waiting_gangs(snapshot.pod_groups.values(), tx):
         plan.wake_no_later_than(now + drift_step(spec))
     log.debug("%d binds, %d statuses", len(plan.binds), len(plan.statuses))
-    return CycleResult(plan, shares, dataclasses.replace(usage, allocated=dict(ledger.allocated)))
+    held = dataclasses.replace(usage, allocated=dict(ledger.allocated))
+    return CycleResult(plan, shares, held, tuple(over_committed(snapshot.queues, capacity)))

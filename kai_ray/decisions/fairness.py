@@ -10,8 +10,13 @@ level, with the parent's share as the total:
    fraction first, ties to the older queue (KAI's order);
 4. the children split their parent's share the same way.
 Idle quota is not held back: a queue that asks for less than its quota frees
-the rest for its siblings. With time-based fairness on (k > 0), over-quota
-weights are shifted by decayed usage: P = max(0, W + k*(W - U)).
+the rest for its siblings. Quota is guaranteed: when the deserved amounts of
+a level add up to more than its total (quotas over-committed), each queue's
+share is still its deserved amount, never scaled down, so the shares add up to
+more than there is and a queue holding no more than its quota is never over
+its share (`over_committed` names such levels for the Queue status).
+With time-based fairness on (k > 0), over-quota weights are shifted by decayed
+usage: P = max(0, W + k*(W - U)).
 Its inputs are here too: what the leaves ask for (`leaf_requests`), what the
 queues share (`cluster_capacity`), and the one lookup of a queue's bounds
 (`queue_resource`, `quota_of`, `limit_of`). Pure: no I/O.
@@ -170,11 +175,11 @@ def _leftover(
 def split(claims: Sequence[Claim], total: float, unit: float, k: float = 0.0) -> dict[str, float]:
     """Divide `total` among sibling claims: deserved first, then the surplus."""
     deserved = sum(c.deserved for c in claims)
-    if deserved > total + EPSILON:
-        # Quotas oversubscribe the parent: scale deserved down, keep proportions.
-        scale = total / deserved
-        return {c.name: c.deserved * scale for c in claims}
     shares = {c.name: c.deserved for c in claims}
+    if deserved > total + EPSILON:
+        # Quotas over-commit the parent: each queue still deserves its quota (up to its
+        # request), as in KAI; nothing is left for anyone over quota (`over_committed`).
+        return shares
     left = total - deserved
     for priority in sorted({c.priority for c in claims}, reverse=True):
         bucket = [c for c in claims if c.priority == priority]
@@ -260,3 +265,32 @@ def _descend(
         out[name][resource] = share
         if tree[name].children:
             _descend(division, tree[name].children, share, out)
+
+
+@dataclass(frozen=True)
+class OverCommitment:
+    """Sibling queues whose quotas of one resource add up to more than there is:
+    the cluster for the top level (`parent` None), the parent's own quota below it."""
+
+    parent: str | None
+    children: tuple[str, ...]
+    resource: str
+    quotas: float
+    available: float
+
+
+def over_committed(tree: QueueTree, capacity: Resources) -> list[OverCommitment]:
+    """Every level whose quotas over-commit what it has (a warning for the person who
+    set them: quotas, not what the queues ask for now). Below the top, a parent
+    without a quota of the resource promises its children nothing to over-commit."""
+    found = []
+    levels = [(None, tree.roots), *((n.name, n.children) for n in tree.top_down())]
+    for parent, children in levels:
+        for resource in sorted(set(capacity)):
+            if not children:
+                break
+            quotas = sum(quota_of(tree, c, resource) for c in children)
+            there = capacity[resource] if parent is None else quota_of(tree, parent, resource)
+            if quotas > there + EPSILON and (parent is None or there > 0):
+                found.append(OverCommitment(parent, tuple(children), resource, quotas, there))
+    return found

@@ -48,6 +48,7 @@ from kai_ray.decisions.eviction import (
     running_units,
     waiting_candidates,
 )
+from kai_ray.decisions.fairness import quota_of
 from kai_ray.decisions.ledger import QueueLedger
 from kai_ray.decisions.ordering import Candidate, take_next
 from kai_ray.decisions.runtime import Protection, RuntimeField
@@ -130,6 +131,8 @@ class FairShareBudget(Budget):
         #: Per queue, the contested amounts taken so far (nothing else is judged).
         self.taken: dict[str, dict[str, float]] = {}
         self._below: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        #: Per victim-side queue, the resources contested where it meets the reclaimer.
+        self._contested_for: dict[str, tuple[str, ...]] = {}
 
     def reclaimer_within_share(self) -> bool:
         """With the job added, the reclaimer's leaf stays within its fair share. Every
@@ -151,10 +154,10 @@ class FairShareBudget(Budget):
     def take(self, units: Sequence[VictimUnit]) -> bool:
         taking: dict[str, dict[str, float]] = {}
         for unit in units:
-            side, judged = self._victim_side(unit.queue)
+            side, _ = self._victim_side(unit.queue)
             for q in side:
                 amounts = taking.setdefault(q, {})
-                for r in judged:
+                for r in self.asked:
                     amounts[r] = amounts.get(r, 0.0) + unit.requests[r]
         if not all(self._may_lose(q, amounts) for q, amounts in taking.items()):
             return False
@@ -166,26 +169,46 @@ class FairShareBudget(Budget):
 
     def _victim_side(self, victim_leaf: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The victim's queues judged against this reclaimer (below their common
-        ancestor), and the resources judged: those the job asks for that are
-        contested where the two paths meet. Resources nobody lacks may go."""
+        ancestor), and the resources contested where the two paths meet among
+        those the job asks for."""
         if victim_leaf not in self._below:
             lca = lowest_common_ancestor(self.ledger, self.leaf, victim_leaf)
             contested = self.contested.at(lca)
             judged = tuple(r for r in self.asked if r in contested)
             self._below[victim_leaf] = (below(self.ledger, victim_leaf, lca), judged)
+            for queue in self._below[victim_leaf][0]:
+                self._contested_for[queue] = judged
         return self._below[victim_leaf]
 
     def _may_lose(self, queue: str, amounts: Mapping[str, float]) -> bool:
+        """The fair-share floor in contested resources, and the quota guarantee."""
         held, share = self.ledger.held(queue), self._share(queue)
         taken = self.taken.get(queue, {})
-        return all(
+        left = {r: held[r] - taken.get(r, 0.0) for r in amounts}
+        within_share = all(
             amounts[r] <= EPSILON
-            or (
-                held[r] > share[r] + EPSILON
-                and (held[r] - taken.get(r, 0.0)) - amounts[r] >= share[r] - EPSILON
-            )
-            for r in amounts
+            or (held[r] > share[r] + EPSILON and left[r] - amounts[r] >= share[r] - EPSILON)
+            for r in self._contested_for.get(queue, ())
         )
+        return within_share and self._keeps_quota(queue, amounts, left)
+
+    def _keeps_quota(
+        self, queue: str, amounts: Mapping[str, float], left: Mapping[str, float]
+    ) -> bool:
+        """A queue holding no more than its quota (in every resource the job asks for
+        that it has a quota of) loses nothing; one over quota loses, in each such
+        resource it is over in, at most what it holds above the quota. A queue with no
+        quota of any of them has no guarantee here (the fair-share floor still holds).
+        Whether the resource is contested or not: room the job needs in one rack or
+        on one device may be short while the cluster has plenty."""
+        if all(amounts[r] <= EPSILON for r in amounts):
+            return True
+        quotas = {r: quota_of(self.ledger.tree, queue, r) for r in amounts}
+        guaranteed = [r for r in amounts if quotas[r] > EPSILON]
+        over = [r for r in guaranteed if left[r] > quotas[r] + EPSILON]
+        if guaranteed and not over:
+            return False
+        return all(left[r] - amounts[r] >= quotas[r] - EPSILON for r in over)
 
     def _share(self, queue: str) -> Resources:
         return self.ledger.fair_share.get(queue, Resources())

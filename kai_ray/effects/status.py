@@ -12,7 +12,9 @@ to the models and the generated CRDs.
   `Scheduled` and `Stale` conditions merged into the ones it has (`Valid`
   is kept as it is).
 - Queue: `allocated`, `requested`, `fairShare`, `usage`, `usageHistory`, `childQueues`,
-  `pendingWorkloads` and its `Valid` condition as the queue tree judges it.
+  `pendingWorkloads`, its `Valid` condition as the queue tree judges it, and
+  `QuotaOverCommitted` while it holds (a warning: its and its siblings' quotas
+  add up to more than they share).
   Amounts are keyed like `spec.resources` (`gpu` for `nvidia.com/gpu`) and
   written as quantities the CRD's int-or-string schema takes (`quantity`).
 
@@ -232,6 +234,11 @@ def queue_status(
     node = snapshot.queues.nodes.get(name)
     if node is None:
         return {"conditions": conditions}
+    warning = over_commitment_condition(name, result, now)
+    if warning is None:  # written only while it holds
+        conditions = [c for c in conditions if c.get("type") != QUOTA_OVER_COMMITTED]
+    else:
+        conditions = merge_condition(conditions, warning)
     asked = (requested or requested_by_queue(snapshot)).get(name, Resources())
     named = _named_resources(node)
     return {
@@ -243,6 +250,42 @@ def queue_status(
         "childQueues": list(node.children),
         "pendingWorkloads": pending_workloads,
         "conditions": conditions,
+    }
+
+
+QUOTA_OVER_COMMITTED = "QuotaOverCommitted"
+
+
+def over_commitment_condition(name: str, result: CycleResult, now: str) -> dict[str, str] | None:
+    """`QuotaOverCommitted` True (a warning) while the queue and its siblings have
+    quotas adding up to more than they share: the cluster at the top, their parent's
+    quota below; absent otherwise. Each quota is still deserved (up to what the queue asks for), so
+    the queues together may be promised more than there is, and a queue at its
+    quota waits rather than take from another at its own."""
+    found = [o for o in result.over_committed if name in o.children]
+    if not found:
+        return None
+    parts = []
+    for o in found:
+        where = "the cluster has" if o.parent is None else f"parent {o.parent} has a quota of"
+        siblings = "top-level queues" if o.parent is None else f"children of {o.parent}"
+        quotas, there = quantity(o.resource, o.quotas), quantity(o.resource, o.available)
+        key = short_name(o.resource)
+        parts.append(f"the quotas of the {siblings} add up to {quotas} {key}; {where} {there}")
+    message = "; ".join(parts) + (
+        ": each queue is still guaranteed its quota (up to what it asks for), so a queue"
+        " may wait for its quota until others' work ends"
+    )
+    return _quota_condition("True", "QuotasExceedCapacity", message, now)
+
+
+def _quota_condition(status: str, reason: str, message: str, now: str) -> dict[str, str]:
+    return {
+        "type": QUOTA_OVER_COMMITTED,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
     }
 
 

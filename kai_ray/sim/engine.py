@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kai_ray.decisions.cycle import CycleResult, run_cycle
+from kai_ray.decisions.fairness import OverCommitment
 from kai_ray.decisions.plan import Bind, Evict
 from kai_ray.decisions.usage import UsageState
 from kai_ray.effects.binder import Binder
@@ -97,6 +98,9 @@ class Simulation:
         self.cycles = 0
         #: Decayed queue usage, carried from cycle to cycle as the operator persists it.
         self.usage: UsageState | None = None
+        #: Quotas over-committed (the Queue's QuotaOverCommitted warning), each with
+        #: the virtual time it was first seen.
+        self.over_committed: dict[OverCommitment, float] = {}
         self._live: dict[str, _Job] = {}
         self._holdings: dict[str, Holding] = {}
         self._feed_cluster()
@@ -256,6 +260,8 @@ class Simulation:
         if result.plan.wake_at is not None:
             self._schedule_cycle(max(result.plan.wake_at - SIM_EPOCH_S, now + self.period))
         self.accounting.sample(now, result.fair_shares)
+        for found in result.over_committed:
+            self.over_committed.setdefault(found, now)
 
     def _bind(self, bind: Bind, now: float) -> None:
         pod = self.pods[bind.pod]

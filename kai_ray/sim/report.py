@@ -97,4 +97,15 @@ def build_report(sim: Simulation) -> dict[str, Any]:
             {"name": name, "parent": parents[name], "samples": [s.to_json() for s in samples]}
             for name, samples in sim.samples.items()
         ],
+        "quota_over_committed": [
+            {
+                "parent": found.parent,
+                "queues": list(found.children),
+                "resource": found.resource,
+                "quotas": found.quotas,
+                "available": found.available,
+                "first_s": first_s,
+            }
+            for found, first_s in sim.over_committed.items()
+        ],
     }

@@ -98,6 +98,19 @@ def print_summary(
     console.print(jobs_table(report))
     console.print(queues_table(report, quotas))
     console.print(totals_line(report["summary"]))
+    for warning in report.get("quota_over_committed", ()):
+        console.print(over_commitment_line(warning))
+
+
+def over_commitment_line(warning: Mapping[str, Any]) -> str:
+    """The Queue's QuotaOverCommitted warning, as the simulator saw it first."""
+    where = "the cluster has" if warning["parent"] is None else f"{warning['parent']}'s quota is"
+    return (
+        f"[yellow]warning[/]: from {_seconds(warning['first_s'])} the quotas of "
+        f"{', '.join(warning['queues'])} add up to {warning['quotas']:g} {warning['resource']}, "
+        f"more than {where} {warning['available']:g}: each still gets its quota "
+        "(up to what it asks for), so some may wait for theirs"
+    )
 
 
 def print_sweep(

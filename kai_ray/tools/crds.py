@@ -57,6 +57,11 @@ CRD_SPECS: dict[str, dict[str, Any]] = {
             {"name": "GPU Allocated", "type": "string", "jsonPath": ".status.allocated.gpu"},
             {"name": "GPU Fair Share", "type": "string", "jsonPath": ".status.fairShare.gpu"},
             {"name": "Pending", "type": "integer", "jsonPath": ".status.pendingWorkloads"},
+            {
+                "name": "Quota Over-Committed",
+                "type": "string",
+                "jsonPath": '.status.conditions[?(@.type=="QuotaOverCommitted")].status',
+            },
             _AGE,
         ],
     },

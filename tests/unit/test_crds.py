@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,7 @@ def test_podgroup_has_short_name_pg_and_status_subresource() -> None:
                 "GPU Allocated",
                 "GPU Fair Share",
                 "Pending",
+                "Quota Over-Committed",
                 "Age",
             ],
         ),
@@ -78,15 +80,20 @@ def _columns(kind: str) -> list[dict]:  # type: ignore[type-arg]
 
 
 def _field(kind: str, json_path: str) -> dict | None:  # type: ignore[type-arg]
-    """The schema of `.a.b.c`; a map's entry is its `additionalProperties`."""
+    """The schema of `.a.b.c`; a map's entry is its `additionalProperties`; a filtered
+    list, `.a[?(@.type=="X")].b`, is read through its `items`."""
     node: dict | None = _schema(kind)  # type: ignore[type-arg]
-    for part in json_path.strip(".").split("."):
+    for part in re.sub(r"\[\?\(.*?\)\]", "[]", json_path).strip(".").split("."):
+        listed = part.endswith("[]")
+        part = part.removesuffix("[]")
         if node is None:
             return None
         if "properties" in node:
             node = node["properties"].get(part)
         else:
             node = node.get("additionalProperties")
+        if listed and node is not None:
+            node = node.get("items")
     return node
 
 

@@ -69,10 +69,17 @@ def claim(
             id="weight 0 never goes over quota",
         ),
         pytest.param(
+            # Renewed for issue 13: quota is guaranteed (KAI); it used to be scaled to 5 and 5.
             [claim("a", 10, 10), claim("b", 10, 10)],
             10,
-            {"a": 5, "b": 5},
-            id="oversubscribed quotas are scaled down in proportion",
+            {"a": 10, "b": 10},
+            id="over-committed quotas are each still deserved, never scaled down",
+        ),
+        pytest.param(
+            [claim("a", 10, 4), claim("b", 10, 20), claim("c", 0, 20)],
+            10,
+            {"a": 4, "b": 10, "c": 0},
+            id="over-committed quotas are deserved up to the request, nothing goes over quota",
         ),
         pytest.param(
             [claim("a", 0, 0.5), claim("b", 0, 20)],
