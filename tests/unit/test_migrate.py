@@ -740,3 +740,46 @@ def test_kais_gpu_fraction_is_read_and_a_bad_one_named() -> None:
     with pytest.raises(InvalidFieldError) as caught:
         gpu_share({"metadata": {"annotations": {"gpu-fraction": "half"}}})
     assert caught.value.field == "metadata.annotations[gpu-fraction]"
+
+
+# ------------------------------------------------------------------------ units
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        pytest.param("1h0m0s", 3600.0, id="Go's own spelling of an hour"),
+        pytest.param("1.5h", 5400.0, id="a fraction of an hour"),
+        pytest.param("300ms", 0.3, id="milliseconds"),
+        pytest.param("-1s", -1.0, id="negative: never"),
+        pytest.param("0", 0.0, id="a bare zero"),
+    ],
+)
+def test_go_durations(text: str, seconds: float) -> None:
+    from kai_ray.tools.migrate.units import go_duration_seconds
+
+    assert go_duration_seconds(text, "f") == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    ("text", "written"),
+    [
+        pytest.param("1w", "168h", id="a week"),
+        pytest.param("1w2d", "216h", id="a week and two days"),
+        pytest.param("90m", "1h30m", id="minutes"),
+    ],
+)
+def test_prometheus_windows_in_kai_ray_spelling(text: str, written: str) -> None:
+    from kai_ray.tools.migrate.units import duration_text, prometheus_duration_seconds
+
+    assert duration_text(prometheus_duration_seconds(text, "f")) == written
+
+
+@pytest.mark.parametrize("text", ["1 week", "5", "1d-2h", ""])
+def test_bad_windows_name_the_field(text: str) -> None:
+    from kai_ray.tools.migrate.units import prometheus_duration_seconds
+    from kai_ray.values.errors import InvalidFieldError
+
+    with pytest.raises(InvalidFieldError) as caught:
+        prometheus_duration_seconds(text, "spec.usageDBConfig.usageParams.windowSize")
+    assert caught.value.field == "spec.usageDBConfig.usageParams.windowSize"
