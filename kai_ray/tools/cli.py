@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kai_ray import __version__
-from kai_ray.tools.migrate import add_migrate_parser, migrate_command
 from kai_ray.tools.live_commands import (
     add_explain_parser,
     add_live_options,
     explain_command,
     live_snapshot_command,
 )
+from kai_ray.tools.migrate import add_migrate_parser, migrate_command
 from kai_ray.values.errors import InvalidObjectError, UnavailableError
 
 EXIT_INVALID_INPUT = 2
