@@ -1,11 +1,13 @@
-"""The `kai-ray` command line: `simulate`, `operator`, `snapshot`, `explain`, `crds`, `version`.
+"""The `kai-ray` command line: `simulate`, `operator`, `snapshot`, `explain`, `migrate`,
+`crds`, `version`.
 
 Argument parsing and exit codes only; the work is done by the simulator and
 the CRD generator. Exit statuses: 0 done; 2 invalid input (one line naming the
 file, the object and the field, never a traceback); 3 a scheduling invariant
 was broken during a simulation (one line: the cycle, the object, the rule); 1
 what a command needs cannot be had (a cluster that cannot be read, an object
-that is not there; one line).
+that is not there; one line), or, for `migrate`, the converted manifests would
+schedule differently from KAI (kai_ray/tools/migrate/command.py).
 """
 
 from __future__ import annotations
