@@ -68,6 +68,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pods", type=int, default=10_000)
     parser.add_argument("--nodes", type=int, default=5_000)
+    parser.add_argument(
+        "--strategies",
+        default="binpack",
+        help="placementStrategy values, each timed on the same snapshot (binpack,fragmentation)",
+    )
     args = parser.parse_args()
     print(
         f"machine: {platform.machine()}, {platform.python_version()}, "
@@ -78,16 +83,20 @@ def main() -> None:
     built = time.perf_counter()
     placed = baseline_first_fit(snapshot)
     base = time.perf_counter()
-    result = run_cycle(snapshot, SchedulerConfig(), 1, SIM_EPOCH_S)
-    done = time.perf_counter()
-    cycle_rate = len(result.plan.binds) / (done - base)
     base_rate = placed / (base - built)
     print(f"snapshot: {args.nodes} nodes, {args.pods} pending pods built in {built - start:.2f} s")
     print(f"baseline first fit: {placed} pods in {base - built:.2f} s = {base_rate:,.0f} pods/s")
-    print(
-        f"run_cycle: {len(result.plan.binds)} pods in {done - base:.2f} s = "
-        f"{cycle_rate:,.0f} pods/s ({cycle_rate / base_rate:.2f}x the baseline)"
-    )
+    for strategy in args.strategies.split(","):
+        config = SchedulerConfig.model_validate({"spec": {"placementStrategy": strategy}})
+        began = time.perf_counter()
+        result = run_cycle(snapshot, config, 1, SIM_EPOCH_S)
+        took = time.perf_counter() - began
+        cycle_rate = len(result.plan.binds) / took
+        print(
+            f"run_cycle ({strategy}): {len(result.plan.binds)} pods in {took:.2f} s = "
+            f"{cycle_rate:,.0f} pods/s ({cycle_rate / base_rate:.2f}x the baseline), "
+            f"{took / max(len(result.plan.binds), 1) * 1e3:.3f} ms per pod"
+        )
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS: {rss:.0f} MiB")
 

@@ -69,11 +69,12 @@ def choose_node(
     fit = nodes[room_on(tx, shape, nodes) > 0]
     if not fit.size:
         return None
-    score = _remaining_share(tx, shape, fit)
     if config.placementStrategy == "fragmentation":
         mix = mix_of(tx, config.fragmentation).arrays(tx)
         if len(mix.probability):
-            return choose_least_stranding(tx, shape, fit, mix, score)
+            packing = lambda tied: _remaining_share(tx, shape, tied)  # noqa: E731
+            return choose_least_stranding(tx, shape, fit, mix, packing)
+    score = _remaining_share(tx, shape, fit)
     spread = config.placementStrategy == "spread"
     if shape.shares_gpu:
         bonus = PACKING_BONUS * _has_partial_device(tx, shape, fit)

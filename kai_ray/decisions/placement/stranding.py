@@ -25,6 +25,7 @@ without GPUs first); the bin-packing score; the node listed first. Pure: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,9 +140,11 @@ def _fits_after_whole(state: NodeState, free: Matrix, shape: PodShape, mix: MixA
     stranded GPU where a class fits is what it was."""
     whole_free = state.whole_free - shape.whole_gpus
     largest = state.devices.max(axis=1, initial=0.0)
-    if shape.whole_gpus:
-        partly = np.where(state.devices < 1.0 - EPSILON, state.devices, 0.0)
-        largest = np.where(whole_free > 0, largest, partly.max(axis=1, initial=0.0))
+    emptied = np.flatnonzero(whole_free <= 0) if shape.whole_gpus else ()
+    if len(emptied):
+        devices = state.devices[emptied]
+        partly = np.where(devices < 1.0 - EPSILON, devices, 0.0)
+        largest[emptied] = partly.max(axis=1, initial=0.0)
     share_fits = largest[None, :] + EPSILON >= mix.fraction[:, state.nodes]
     whole_fits = whole_free[None, :] >= mix.whole[:, None]
     fits = _static_and_resources(free, mix, state.nodes)
@@ -151,14 +154,18 @@ def _fits_after_whole(state: NodeState, free: Matrix, shape: PodShape, mix: MixA
 
 @dataclass
 class _Known:
-    """Per node of the snapshot: the class fits and stranded GPU last worked out, and the
-    free row and devices they were worked out on (NaN: never)."""
+    """Per node of the snapshot: the class fits and stranded GPU last worked out, whether
+    they still hold, and the free row and devices they were worked out on."""
 
     keys: tuple[object, ...]
-    free: Matrix
-    devices: Matrix
     fits: Flags
     partial: Matrix
+    fresh: Flags
+    free: Matrix
+    devices: Matrix
+    #: How much of the transaction's log was seen, and its last entry then.
+    seen: int = 0
+    last: object = None
 
 
 KNOWN = MemoKey[_Known]("stranding per node")
@@ -171,23 +178,39 @@ def _known_fits_and_partial(
     changed since (exact: nothing else they depend on changes within a transaction)."""
     known = tx.memo.find(KNOWN, None)
     if known is None or known.keys != mix.keys:
+        classes, nodes = len(mix.keys), len(tx.free)
         known = _Known(
             mix.keys,
-            np.full_like(tx.free, np.nan),
-            np.full_like(tx.devices, np.nan),
-            np.zeros((len(mix.keys), len(tx.free)), dtype=np.bool_),
-            np.zeros((len(mix.keys), len(tx.free)), dtype=np.float64),
+            np.zeros((classes, nodes), dtype=np.bool_),
+            np.zeros((classes, nodes), dtype=np.float64),
+            np.zeros(nodes, dtype=np.bool_),
+            tx.free.copy(),
+            tx.devices.copy(),
         )
         tx.memo.keep(KNOWN, None, known)
-    nodes = state.nodes
-    stale = np.any(known.free[nodes] != state.free, axis=1)
-    stale |= np.any(known.devices[nodes] != state.devices, axis=1)
+    _catch_up(tx, known)
+    stale = ~known.fresh[state.nodes]
     if stale.any():
-        rows = nodes[stale]
+        rows = state.nodes[stale]
         changed = NodeState(state.free[stale], state.devices[stale], state.whole_free[stale], rows)
         known.fits[:, rows], known.partial[:, rows] = _fits_and_partial(changed, mix)
         known.free[rows], known.devices[rows] = changed.free, changed.devices
-    return known.fits[:, nodes], known.partial[:, nodes]
+        known.fresh[rows] = True
+    return known.fits[:, state.nodes], known.partial[:, state.nodes]
+
+
+def _catch_up(tx: Transaction, known: _Known) -> None:
+    """Mark the nodes changed since the log was last seen: those placed on or taken from
+    after it, when the log still holds what was seen (it only grows, or shrinks on a
+    rollback); else every node whose free row or devices differ from the ones worked on."""
+    log = tx.placements
+    intact = known.seen <= len(log) and (known.seen == 0 or log[known.seen - 1] is known.last)
+    if intact:
+        known.fresh[[p.node for p in log[known.seen :]]] = False
+    else:
+        known.fresh &= np.all(known.free == tx.free, axis=1)
+        known.fresh &= np.all(known.devices == tx.devices, axis=1)
+    known.seen, known.last = len(log), log[-1] if log else None
 
 
 def _best_device(
@@ -278,7 +301,7 @@ def resource_weights(tx: Transaction) -> Matrix:
         capacity = np.sum(snapshot.allocatable[snapshot.schedulable], axis=0)
         gpu = snapshot.column(GPU)
         gpus = capacity[gpu] if capacity[gpu] > 0 else 1.0
-        weights = np.zeros_like(capacity)
+        weights: Matrix = np.zeros(len(capacity), dtype=np.float64)
         np.divide(OTHER_WEIGHT * gpus, capacity, out=weights, where=capacity > 0)
         weights[gpu] = 1.0
         if POD_COUNT in snapshot.resource_names:
@@ -294,15 +317,21 @@ CHOSEN_DEVICE = MemoKey[int]("device chosen with the node")
 
 
 def choose_least_stranding(
-    tx: Transaction, shape: PodShape, fit: Indices, mix: MixArrays, packing: Matrix
+    tx: Transaction,
+    shape: PodShape,
+    fit: Indices,
+    mix: MixArrays,
+    packing: Callable[[Indices], Matrix],
 ) -> int:
-    """The node of `fit` whose placement strands least (ties as the module says)."""
+    """The node of `fit` whose placement strands least (ties as the module says;
+    `packing` scores the tied nodes for bin-packing, lowest first)."""
     choice = score_nodes(tx, shape, fit, mix)
     keep = choice.score <= choice.score.min() + TIE
     if not shape.shares_gpu and not shape.whole_gpus:
         free_gpus = tx.free[fit, tx.snapshot.column(GPU)]
         keep &= free_gpus <= free_gpus[keep].min() + TIE
-    best = int(np.argmin(np.where(keep, packing, np.inf)))
+    tied = np.flatnonzero(keep)
+    best = int(tied[np.argmin(packing(fit[tied]))]) if len(tied) > 1 else int(tied[0])
     if shape.shares_gpu:
         key = (tx.version, shape.requests, shape.share, int(fit[best]))
         tx.memo.keep(CHOSEN_DEVICE, key, int(choice.device[best]))
