@@ -35,6 +35,15 @@ def mapping(value: Any, field: str) -> dict[str, Any]:
     return value
 
 
+def sequence(value: Any, field: str) -> list[Any]:
+    """A YAML list (None is an empty one)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidFieldError(field, f"expected a list, got {value!r}")
+    return value
+
+
 def text(value: Any, field: str) -> str | None:
     if value is None or value == "":
         return None

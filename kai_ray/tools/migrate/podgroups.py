@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from kai_ray.tools.migrate.findings import Findings
-from kai_ray.tools.migrate.objects import mapping, new_metadata, text, unknown_fields
+from kai_ray.tools.migrate.objects import mapping, new_metadata, sequence, text, unknown_fields
 from kai_ray.tools.migrate.units import duration_text, go_duration_seconds, whole
 from kai_ray.values.api import API_VERSION
 from kai_ray.values.errors import InvalidFieldError
@@ -63,9 +63,7 @@ def convert_pod_group(doc: dict[str, Any], findings: Findings) -> dict[str, Any]
     constraint = _constraint(spec.get("topologyConstraint"), "spec.topologyConstraint")
     if constraint:
         out["topologyConstraint"] = constraint
-    subgroups = spec.get("subGroups") or []
-    if not isinstance(subgroups, list):
-        raise InvalidFieldError("spec.subGroups", f"expected a list, got {subgroups!r}")
+    subgroups = sequence(spec.get("subGroups"), "spec.subGroups")
     if subgroups:
         out["subGroups"] = [_subgroup(g, i, findings) for i, g in enumerate(subgroups)]
     _stale_grace(spec, out, findings)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kai_ray.tools.migrate.findings import Findings
-from kai_ray.tools.migrate.objects import mapping, text, unknown_fields
+from kai_ray.tools.migrate.objects import mapping, sequence, text, unknown_fields
 from kai_ray.tools.migrate.units import (
     duration_text,
     go_duration_seconds,
@@ -136,11 +136,9 @@ def file_settings(doc: dict[str, Any], findings: Findings) -> Settings:
     settings.spec["actions"] = [_action_name(a, "actions", findings) for a in names]
     settings.spec["actions"] = [a for a in settings.spec["actions"] if a]
     plugins: dict[str, Any] = {}
-    tiers = doc.get("tiers") or []
-    if not isinstance(tiers, list):
-        raise InvalidFieldError("tiers", f"expected a list, got {tiers!r}")
-    for t, tier in enumerate(tiers):
-        for p, plugin in enumerate(mapping(tier, f"tiers[{t}]").get("plugins") or []):
+    for t, tier in enumerate(sequence(doc.get("tiers"), "tiers")):
+        listed = mapping(tier, f"tiers[{t}]").get("plugins")
+        for p, plugin in enumerate(sequence(listed, f"tiers[{t}].plugins")):
             block = mapping(plugin, f"tiers[{t}].plugins[{p}]")
             name = text(block.get("name"), f"tiers[{t}].plugins[{p}].name") or ""
             plugins[name] = {"arguments": block.get("arguments") or {}}

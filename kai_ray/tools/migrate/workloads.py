@@ -16,6 +16,7 @@ import copy
 from typing import Any
 
 from kai_ray.tools.migrate.findings import Findings
+from kai_ray.tools.migrate.objects import mapping
 from kai_ray.values.errors import InvalidFieldError
 from kai_ray.values.names import (
     GPU_FRACTION_ANNOTATION,
@@ -80,8 +81,9 @@ class WorkloadMigration:
 
     def convert(self, doc: dict[str, Any]) -> dict[str, Any]:
         out = copy.deepcopy(doc)
+        meta = mapping(out.get("metadata"), "metadata")
         self._walk(out, "")
-        labels = ((out.get("metadata") or {}).get("labels")) or {}
+        labels = mapping(meta.get("labels"), "metadata.labels")
         self.uses_kai = self.uses_kai or QUEUE_LABEL in labels
         if self.uses_kai:
             self._whole_workload(out)
@@ -105,21 +107,17 @@ class WorkloadMigration:
                 self._walk(value, where)
 
     def _metadata(self, meta: dict[str, Any], path: str) -> None:
-        labels = meta.get("labels")
-        if isinstance(labels, dict):
-            self._keys(
-                labels, f"{path}.labels", LABEL_RENAMES, UNSUPPORTED_LABELS, KAI_WRITTEN_LABELS
-            )
-        annotations = meta.get("annotations")
-        if isinstance(annotations, dict):
-            self._gpu_memory(annotations, f"{path}.annotations")
-            self._keys(
-                annotations,
-                f"{path}.annotations",
-                ANNOTATION_RENAMES,
-                UNSUPPORTED_ANNOTATIONS,
-                KAI_WRITTEN_ANNOTATIONS,
-            )
+        labels = mapping(meta.get("labels"), f"{path}.labels")
+        self._keys(labels, f"{path}.labels", LABEL_RENAMES, UNSUPPORTED_LABELS, KAI_WRITTEN_LABELS)
+        annotations = mapping(meta.get("annotations"), f"{path}.annotations")
+        self._gpu_memory(annotations, f"{path}.annotations")
+        self._keys(
+            annotations,
+            f"{path}.annotations",
+            ANNOTATION_RENAMES,
+            UNSUPPORTED_ANNOTATIONS,
+            KAI_WRITTEN_ANNOTATIONS,
+        )
 
     def _keys(
         self,
@@ -155,8 +153,8 @@ class WorkloadMigration:
 
     def _whole_workload(self, out: dict[str, Any]) -> None:
         kind = str(out.get("kind") or "")
-        meta = out.setdefault("metadata", {})
-        labels = meta.get("labels") or {}
+        meta = out["metadata"] = mapping(out.get("metadata"), "metadata")
+        labels = mapping(meta.get("labels"), "metadata.labels")
         joins_a_group = _has_key(out, "annotations", POD_GROUP_ANNOTATION)
         queue_named = QUEUE_LABEL in labels or _has_key(out.get("spec"), "labels", QUEUE_LABEL)
         if not queue_named and not joins_a_group:
@@ -192,14 +190,23 @@ class WorkloadMigration:
     def _ray_scheduler_name(self, out: dict[str, Any]) -> None:
         """KubeRay's --batch-scheduler=kai-scheduler named KAI on the pods it made;
         without it the templates must name the scheduler."""
-        spec = out.get("spec") or {}
-        cluster = spec if out.get("kind") == "RayCluster" else spec.get("rayClusterSpec") or {}
-        groups = [cluster.get("headGroupSpec") or {}, *(cluster.get("workerGroupSpecs") or [])]
+        spec = mapping(out.get("spec"), "spec")
+        cluster, path = spec, "spec"
+        if out.get("kind") == "RayJob":
+            cluster, path = (
+                mapping(spec.get("rayClusterSpec"), "spec.rayClusterSpec"),
+                "spec.rayClusterSpec",
+            )
+        workers = cluster.get("workerGroupSpecs") or []
+        if not isinstance(workers, list):
+            raise InvalidFieldError(f"{path}.workerGroupSpecs", f"expected a list, got {workers!r}")
+        groups = [(cluster.get("headGroupSpec"), f"{path}.headGroupSpec")]
+        groups += [(w, f"{path}.workerGroupSpecs[{i}]") for i, w in enumerate(workers)]
         named = False
-        for group in groups:
-            template = group.setdefault("template", {}) if isinstance(group, dict) else {}
-            pod_spec = template.setdefault("spec", {}) if isinstance(template, dict) else {}
-            if isinstance(pod_spec, dict) and not pod_spec.get("schedulerName"):
+        for group, where in groups:
+            template = mapping(mapping(group, where).get("template"), f"{where}.template")
+            pod_spec = mapping(template.get("spec"), f"{where}.template.spec")
+            if template and pod_spec and not pod_spec.get("schedulerName"):
                 pod_spec["schedulerName"] = self.scheduler
                 named = True
         if named:
