@@ -1,8 +1,8 @@
 """`kai-ray migrate` never raises anything but InvalidObjectError on malformed KAI input.
 
-Every field of the KAI manifests in tests/fixtures/kai (and of a SchedulingShard
-and a scheduler configuration file that use every setting the converter reads)
-is replaced in turn by values of the wrong shape; `migrate` either converts the
+Every field of the KAI manifests in tests/fixtures/kai (and of a SchedulingShard,
+a scheduler configuration file and workloads that use every setting and key the
+converter reads) is replaced in turn by values of the wrong shape; `migrate` either converts the
 result or refuses it with problems that name an object and a field. A traceback
 of any other kind is a bug.
 """
@@ -57,6 +57,26 @@ metadata: {name: scheduler-config}
 data:
   config.yaml: |
     actions: "allocate"
+---
+apiVersion: ray.io/v1
+kind: RayJob
+metadata: {name: rj, labels: {kai.scheduler/queue: team-a, priorityClassName: train}}
+spec:
+  rayClusterSpec:
+    headGroupSpec: {template: {spec: {containers: [{name: head, image: ray}]}}}
+    workerGroupSpecs:
+      - groupName: w
+        template:
+          metadata: {annotations: {gpu-fraction: "0.5", gpu-memory: "1000"}}
+          spec: {containers: [{name: w, image: ray}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: serve}
+spec:
+  template:
+    metadata: {labels: {kai.scheduler/queue: team-a, kai.scheduler/task-priority: "1"}}
+    spec: {schedulerName: kai-scheduler, containers: [{name: c, image: c}]}
 """
 BAD_VALUES = [None, 5, -3, 0.5, True, "x", "", [], [1], {}, {"a": 1}]
 
