@@ -188,6 +188,7 @@ def _inventory_device(
             for k, v in device.capacity.items()
         },
         domains=domains,
+        allow_multiple_allocations=bool(device.allowMultipleAllocations),
     )
     return InventoryDevice(
         ref=DeviceRef(driver, item.spec.pool.name, device.name),

@@ -7,7 +7,8 @@ allocated once; later pods only join `reservedFor`. When a pod goes, it leaves
 `reservedFor`; a claim no pod reserves any longer loses its allocation and the
 finalizer (the controller-manager's resource claim controller does the same in
 a cluster; the simulator relies on this). Writes carry the claim's
-resourceVersion, so a claim changed meanwhile is a conflict, not an overwrite.
+resourceVersion, so a claim changed meanwhile is a conflict, not an overwrite
+(`ClaimWrite.patches`).
 Pure: no I/O.
 """
 
@@ -45,18 +46,27 @@ class ClaimWrite:
     resource_version: str | None
     finalizers: tuple[str, ...]
     status: dict[str, Any]
+    #: The finalizers were changed (else only the status is written).
+    finalizers_changed: bool = True
+    #: A release: the status goes first, so the finalizer never leaves an allocated claim.
+    releasing: bool = False
 
-    def finalizer_patch(self) -> dict[str, Any]:
-        """A merge patch of the claim itself (finalizers live outside the status)."""
-        return {"metadata": {**self._version(), "finalizers": list(self.finalizers)}}
-
-    def status_patch(self) -> dict[str, Any]:
-        """A merge patch of the claim's status subresource; `reservedFor` whole, so a
-        list written here never merges with a stale one."""
-        return {"metadata": self._version(), "status": self.status}
-
-    def _version(self) -> dict[str, str]:
-        return {} if self.resource_version is None else {"resourceVersion": self.resource_version}
+    def patches(self) -> list[tuple[str, dict[str, Any]]]:
+        """The merge patches to send, in order, as (subresource, body); "" is the claim
+        itself, where finalizers live. The first carries the claim's resourceVersion,
+        so a claim changed meanwhile (another pod of the gang reserving it) is a
+        conflict to retry, never an overwrite; each later patch must carry the
+        version the previous answer gave. `reservedFor` is sent whole."""
+        status = ("status", {"status": self.status})
+        finalizers = ("", {"metadata": {"finalizers": list(self.finalizers)}})
+        order = [status] if not self.finalizers_changed else [finalizers, status]
+        if self.releasing:
+            order.reverse()
+        first_sub, first = order[0]
+        if self.resource_version is not None:
+            meta = {**first.get("metadata", {}), "resourceVersion": self.resource_version}
+            order[0] = (first_sub, {**first, "metadata": meta})
+        return order
 
 
 def allocation_body(allocation: ClaimAllocation) -> dict[str, Any]:
@@ -92,7 +102,7 @@ def allocation_write(
     finalizers = _finalizers(claim)
     if CLAIM_FINALIZER not in finalizers:
         finalizers = (*finalizers, CLAIM_FINALIZER)
-    return _write(claim, finalizers, status)
+    return _write(claim, finalizers, status, releasing=False)
 
 
 def release_write(claim: ResourceClaim, pod_uid: str) -> ClaimWrite:
@@ -103,7 +113,7 @@ def release_write(claim: ResourceClaim, pod_uid: str) -> ClaimWrite:
     if not reserved:
         status["allocation"] = None
         finalizers = tuple(f for f in finalizers if f != CLAIM_FINALIZER)
-    return _write(claim, finalizers, status)
+    return _write(claim, finalizers, status, releasing=True)
 
 
 def _reserved(claim: ResourceClaim) -> list[dict[str, str]]:
@@ -115,7 +125,9 @@ def _finalizers(claim: ResourceClaim) -> tuple[str, ...]:
     return tuple(str(f) for f in extra.get("finalizers") or ())
 
 
-def _write(claim: ResourceClaim, finalizers: tuple[str, ...], status: dict[str, Any]) -> ClaimWrite:
+def _write(
+    claim: ResourceClaim, finalizers: tuple[str, ...], status: dict[str, Any], releasing: bool
+) -> ClaimWrite:
     meta = claim.metadata
     version = (meta.model_extra or {}).get("resourceVersion")
     return ClaimWrite(
@@ -124,4 +136,6 @@ def _write(claim: ResourceClaim, finalizers: tuple[str, ...], status: dict[str, 
         resource_version=None if version is None else str(version),
         finalizers=finalizers,
         status=status,
+        finalizers_changed=finalizers != _finalizers(claim),
+        releasing=releasing,
     )

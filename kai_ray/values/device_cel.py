@@ -195,6 +195,7 @@ class DeviceView:
     attributes: Mapping[str, AttributeValue]
     capacity: Mapping[str, float]
     domains: frozenset[str]
+    allow_multiple_allocations: bool = False
     _context: cel.Context | None = field(default=None, init=False, repr=False, compare=False)
 
     def context(self) -> cel.Context:
@@ -205,7 +206,7 @@ class DeviceView:
                 "driver": self.driver,
                 "attributes": _grouped(attributes, self.domains),
                 "capacity": _grouped(capacity, self.domains),
-                "allowMultipleAllocations": False,
+                "allowMultipleAllocations": self.allow_multiple_allocations,
             }
             self._context = cel.Context(variables={"device": device}, functions=_FUNCTIONS)
         return self._context

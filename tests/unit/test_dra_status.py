@@ -64,10 +64,10 @@ def test_the_first_pod_allocates_and_reserves_and_protects_the_claim() -> None:
     assert write.status["reservedFor"] == [
         {"resource": "pods", "name": "trainer-0", "uid": "uid-0"}
     ]
-    assert write.status_patch()["metadata"] == {"resourceVersion": "41"}
-    assert write.finalizer_patch() == {
-        "metadata": {"resourceVersion": "41", "finalizers": [CLAIM_FINALIZER]}
-    }
+    assert write.patches() == [
+        ("", {"metadata": {"finalizers": [CLAIM_FINALIZER], "resourceVersion": "41"}}),
+        ("status", {"status": write.status}),
+    ]
 
 
 def test_a_shared_claim_is_allocated_once_and_reserved_for_each_pod() -> None:
@@ -80,6 +80,7 @@ def test_a_shared_claim_is_allocated_once_and_reserved_for_each_pod() -> None:
     assert "allocation" not in second.status, "an allocated claim is not rewritten"
     assert [r["name"] for r in second.status["reservedFor"]] == ["trainer-0", "trainer-1"]
     assert second.finalizers == (CLAIM_FINALIZER,)
+    assert [sub for sub, _ in second.patches()] == ["status"], "the finalizer is there already"
     repeated = allocation_write(after_first, again, TRAINER_0)
     assert [r["name"] for r in repeated.status["reservedFor"]] == ["trainer-0"]
 
@@ -96,4 +97,7 @@ def test_the_last_pod_going_deallocates_the_claim() -> None:
     none_left = release_write(held, "uid-1")
     assert none_left.status == {"reservedFor": [], "allocation": None}
     assert none_left.finalizers == ()
+    assert [sub for sub, _ in none_left.patches()] == ["status", ""], (
+        "deallocated, then unprotected"
+    )
     assert _applied(held, none_left.status, none_left.finalizers).status.allocation is None
