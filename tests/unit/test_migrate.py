@@ -783,3 +783,18 @@ def test_bad_windows_name_the_field(text: str) -> None:
     with pytest.raises(InvalidFieldError) as caught:
         prometheus_duration_seconds(text, "spec.usageDBConfig.usageParams.windowSize")
     assert caught.value.field == "spec.usageDBConfig.usageParams.windowSize"
+
+
+def test_two_documents_that_become_one_object_are_refused() -> None:
+    with pytest.raises(InvalidObjectError) as caught:
+        migrate(
+            [
+                Document("a.yaml", yaml.safe_load(kai_queue("gpu: {quota: 1, limit: 1}"))),
+                Document("b.yaml", yaml.safe_load(kai_queue("gpu: {quota: 2, limit: 2}"))),
+            ]
+        )
+    (problem,) = caught.value.problems
+    assert (
+        str(problem)
+        == "b.yaml: Queue team-a: metadata.name: written already, from a.yaml; keep one"
+    )

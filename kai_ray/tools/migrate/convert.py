@@ -73,11 +73,13 @@ def migrate(documents: Sequence[Document], scheduler_name: str = SCHEDULER_NAME)
     """Convert every document; raise InvalidObjectError naming each field that is wrong."""
     migration, problems = Migration(), list[Problem]()
     kai_scheduler = _kai_scheduler_name(documents, migration, problems)
+    written: dict[tuple[str, ...], str] = {}
     for doc in documents:
         findings = Findings(doc.source, str(object_ref(doc.body)))
         try:
             converted = _convert(doc.body, findings, kai_scheduler, scheduler_name)
             _validate(converted, doc.source)
+            _once(converted, doc.source, written)
         except InvalidFieldError as err:
             problems.append(Problem(object_ref(doc.body, doc.source), err.field, err.message))
             continue
@@ -90,6 +92,28 @@ def migrate(documents: Sequence[Document], scheduler_name: str = SCHEDULER_NAME)
     if problems:
         raise InvalidObjectError(problems)
     return migration
+
+
+def _once(
+    converted: dict[str, Any] | None, source: str, written: dict[tuple[str, ...], str]
+) -> None:
+    """Two documents that become one object (a Queue in two files) are a conflict
+    to settle by hand: applied in turn, the second would replace the first."""
+    if converted is None:
+        return
+    meta = converted.get("metadata") or {}
+    key = tuple(
+        str(part or "")
+        for part in (
+            converted.get("apiVersion"),
+            converted.get("kind"),
+            meta.get("namespace"),
+            meta.get("name"),
+        )
+    )
+    if key in written:
+        raise InvalidFieldError("metadata.name", f"written already, from {written[key]}; keep one")
+    written[key] = source
 
 
 def _kai_scheduler_name(
