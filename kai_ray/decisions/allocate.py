@@ -9,7 +9,9 @@
    keeps it off GPU types its limits cannot take), and booked on its queues, or
    undone if the GPUs it got pass a per-GPU-type limit (`booking.book`);
 4. only after every minimum: elastic extras one pod at a time, in the same
-   queue order, under the same limits.
+   queue order, under the same limits; inside a queue a job still at its
+   minimum gets an extra before one already above it (`ordering.job_key`),
+   so extras spread over the elastic jobs.
 Allocate never evicts and never refuses a job for being over fair share: free
 resources are handed out; taking them back is reclaim's business.
 Pure: no I/O.
@@ -89,9 +91,13 @@ class _Allocation:
                 waiting.add(following)
 
     def next_extra(self, candidate: Candidate) -> Candidate | None:
-        """The candidate asking for its next extra pod, None when none is left."""
-        placed = self.ctx.transaction.placed
-        unplaced = [pod for pod in candidate.group.pending if pod.key not in placed]
+        """The candidate asking for its next extra pod, None when none is left; marked
+        when the group already holds more than its minimum."""
+        tx, group = self.ctx.transaction, candidate.group
+        unplaced = [pod for pod in group.pending if pod.key not in tx.placed]
         if not unplaced:
             return None
-        return Candidate(candidate.group, unplaced[0].effective_requests, candidate.priority)
+        holding = sum(1 for pod in group.bound if pod.key not in tx.removed)
+        holding += sum(1 for pod in group.pending if pod.key in tx.placed)
+        above = holding > group.spec.minMember
+        return Candidate(group, unplaced[0].effective_requests, candidate.priority, above)

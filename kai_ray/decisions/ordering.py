@@ -11,8 +11,9 @@ send next added to what it holds:
    the queue may not use at all (that denominator is 0) weighs 1000 times;
 5. then the older queue, then its name.
 Walking down from the roots, the best child at each level leads to a leaf,
-whose first job is the one to try. Inside a leaf: higher job priority, then the
-older job. The walk is redone after every admitted job, since what each queue
+whose first job is the one to try. Inside a leaf: higher job priority, then,
+for elastic extras, a job still at its minimum before one already above it,
+then the older job. The walk is redone after every admitted job, since what each queue
 holds has changed. Pure: no I/O.
 """
 
@@ -64,6 +65,9 @@ class Candidate:
     group: PodGroupState
     request: Resources
     priority: int
+    #: An elastic job asking for another extra while it already holds one or more:
+    #: served after jobs still at their minimum (`job_key`).
+    above_minimum: bool = False
 
     @property
     def queue(self) -> str:
@@ -85,9 +89,11 @@ def waiting_gangs(groups: Iterable[PodGroupState], tx: Transaction) -> list[PodG
     return [group for group in groups if waits(group, tx)]
 
 
-def job_key(candidate: Candidate) -> tuple[int, str, str]:
-    """Inside a queue: higher priority first, then the older job."""
-    return (-candidate.priority, candidate.group.creation_timestamp, candidate.group.key)
+def job_key(candidate: Candidate) -> tuple[int, bool, str, str]:
+    """Inside a queue: higher priority first, then a job at its minimum before one
+    already above it (KAI's elastic order: extras spread), then the older job."""
+    group = candidate.group
+    return (-candidate.priority, candidate.above_minimum, group.creation_timestamp, group.key)
 
 
 def over_fair_share(ledger: QueueLedger, name: str) -> bool:

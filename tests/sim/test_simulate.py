@@ -51,7 +51,8 @@ def simulate(tmp_path: Path, *inputs: Path, extra: tuple[str, ...] = ()) -> dict
 def test_quickstart_report_has_every_field_of_the_contract(tmp_path: Path) -> None:
     report = simulate(tmp_path, QUICKSTART)
     assert report["version"] == 1
-    assert set(report) == {"version", "summary", "jobs", "pods", "queues"}
+    assert set(report) == {"version", "summary", "jobs", "pods", "queues", "quota_over_committed"}
+    assert report["quota_over_committed"] == []  # the quickstart's quotas fit the cluster
     assert report["jobs"] and report["pods"] and report["queues"]
     for job in report["jobs"]:
         assert set(job) == JOB_FIELDS

@@ -185,3 +185,28 @@ def test_group_priority(class_name: str | None, pod_priority: int, expected: int
     pod = make_pod("p").group("g").priority(pod_priority)
     snapshot = _snapshot([make_queue("q")], [group], [pod])
     assert group_priority(snapshot.pod_groups["default/g"]) == expected
+
+
+@pytest.mark.parametrize(
+    ("older_above", "newer_above", "first"),
+    [
+        pytest.param(False, False, "old", id="both at their minimum: the older first"),
+        pytest.param(True, False, "new", id="a job at its minimum before an older one above it"),
+        pytest.param(True, True, "old", id="both above their minimum: the older first"),
+    ],
+)
+def test_elastic_extras_go_first_to_a_job_at_its_minimum(
+    older_above: bool, newer_above: bool, first: str
+) -> None:
+    groups = [
+        make_pod_group(name).queue("team").min_member(1).created(second).build()
+        for name, second in (("old", 0), ("new", 10))
+    ]
+    objects = ClusterObjects(pod_groups=groups, queues=[make_queue("team").build()])
+    found = {g.name: g for g in build_snapshot(objects).pod_groups.values()}
+    one = Resources({GPU: 1})
+    waiting = WaitingJobs(
+        [Candidate(found["old"], one, 0, older_above), Candidate(found["new"], one, 0, newer_above)]
+    )
+    chosen = waiting.first("team")
+    assert chosen is not None and chosen.group.name == first
