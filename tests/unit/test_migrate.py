@@ -144,13 +144,24 @@ def test_queue_priority_parent_and_min_runtimes() -> None:
             parentQueue="dept",
             priority=200,
             preemptMinRuntime="1h0m0s",
-            reclaimMinRuntime="90s",
         )
     )
     spec = queue["spec"]
-    assert (spec["parentQueue"], spec["priority"]) == ("dept", 200)
-    assert (spec["preemptMinRuntime"], spec["reclaimMinRuntime"]) == ("1h", "1m30s")
+    assert (spec["parentQueue"], spec["priority"], spec["preemptMinRuntime"]) == ("dept", 200, "1h")
     assert not migration.changes_behaviour
+    root, migration = only(kai_queue("  gpu: {limit: -1}", reclaimMinRuntime="90s"))
+    assert root["spec"]["reclaimMinRuntime"] == "1m30s"
+    assert not migration.changes_behaviour
+
+
+def test_reclaim_min_runtime_below_the_root_is_a_change() -> None:
+    # KAI reads it at the queue just below the lowest common ancestor; kai-ray at the
+    # reclaimed job's queue: a team's own value protects it from other departments too.
+    queue, migration = only(
+        kai_queue("  gpu: {limit: -1}", parentQueue="dept", reclaimMinRuntime="10m")
+    )
+    assert queue["spec"]["reclaimMinRuntime"] == "10m"
+    assert [c.split(":")[0] for c in changes(migration)] == ["spec.reclaimMinRuntime"]
 
 
 def test_negative_priority_and_node_pool_label_change_behaviour() -> None:

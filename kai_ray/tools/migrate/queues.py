@@ -73,6 +73,13 @@ def convert_queue(doc: dict[str, Any], findings: Findings) -> dict[str, Any]:
     for key in ("preemptMinRuntime", "reclaimMinRuntime"):
         if spec.get(key) is not None:
             out[key] = _min_runtime(spec[key], f"spec.{key}")
+    if parent and "reclaimMinRuntime" in out:
+        findings.change(
+            "spec.reclaimMinRuntime",
+            "KAI reads a reclaimed job's protection from the queue just below the lowest "
+            "common ancestor of the two queues (then up); kai-ray from the reclaimed job's "
+            "queue up, so this value also protects from reclaims across its parent",
+        )
     out["resources"] = _resources(spec, findings)
     return {"apiVersion": API_VERSION, "kind": "Queue", "metadata": metadata, "spec": out}
 
