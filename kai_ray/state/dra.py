@@ -26,11 +26,11 @@ from kai_ray.values.dra import (
     DeviceClass,
     DeviceTaint,
     DraSettings,
-    NodeSelector,
     ResourceClaim,
     ResourceSlice,
 )
 from kai_ray.values.errors import ObjectRef, Problem
+from kai_ray.values.node_selector import NodeSelector
 from kai_ray.values.resources import Resources, canonical_name, parse_amount
 
 

@@ -29,12 +29,10 @@ from kai_ray.values.dra import (
     DeviceConstraint,
     DeviceSelector,
     ExactDeviceRequest,
-    NodeSelector,
-    NodeSelectorTerm,
     ResourceClaim,
-    node_name_selector,
 )
 from kai_ray.values.errors import ObjectRef
+from kai_ray.values.node_selector import NodeSelector, NodeSelectorTerm, node_name_selector
 
 #: Devices tried per claim before the search gives up (a reason, not a hang).
 SEARCH_STEPS = 20_000
@@ -302,6 +300,11 @@ class _Search:
                 return f"{where} wants all {what}; there are none"
             if len(free) < len(matching):
                 return f"{where} wants all {what}; {len(matching) - len(free)} are taken"
+            incomplete = {(d.ref.driver, d.ref.pool) for d in matching}
+            incomplete &= self.inventory.incomplete_pools
+            if incomplete:
+                pools = ", ".join(sorted(f"{driver}/{pool}" for driver, pool in incomplete))
+                return f"{where} wants all {what}; not every slice of pool {pools} is published"
             return None
         if len(free) < request.device_count:
             return (

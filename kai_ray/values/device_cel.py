@@ -198,6 +198,11 @@ class DeviceView:
     allow_multiple_allocations: bool = False
     _context: cel.Context | None = field(default=None, init=False, repr=False, compare=False)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Without the CEL context, which cannot be pickled (a snapshot sent to a Ray
+        worker builds it again there on first use)."""
+        return {**self.__dict__, "_context": None}
+
     def context(self) -> cel.Context:
         if self._context is None:
             attributes = {k: _attribute_value(v) for k, v in self.attributes.items()}

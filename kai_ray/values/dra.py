@@ -24,6 +24,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kai_ray.values.api import ObjectMeta, Quantity
+from kai_ray.values.node_selector import NodeSelector
 
 DRA_API_VERSION: Final = "resource.k8s.io/v1"
 #: The finalizer kube-scheduler puts on a claim it allocates; kai-ray writes the same.
@@ -52,62 +53,6 @@ def _exactly_one(owner: str, fields: dict[str, bool]) -> None:
         names = ", ".join(fields)
         found = ", ".join(chosen) or "none"
         raise ValueError(f"{owner} needs exactly one of {names} (found: {found})")
-
-
-# ------------------------------------------------------------------- node selectors
-
-
-class NodeSelectorRequirement(_Published):
-    key: str = Field(min_length=1)
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
-    values: list[str] = Field(default_factory=list)
-
-    def holds(self, value: str | None) -> bool:
-        """Kubernetes' rule for one label (or field) value; None: the node lacks it."""
-        if self.operator == "Exists":
-            return value is not None
-        if self.operator == "DoesNotExist":
-            return value is None
-        if self.operator == "In":
-            return value in self.values
-        if self.operator == "NotIn":
-            return value not in self.values
-        return _integer_compare(self.operator, value, self.values)
-
-
-def _integer_compare(operator: str, value: str | None, values: list[str]) -> bool:
-    try:
-        node_value, bound = int(value or ""), int(values[0])
-    except (ValueError, IndexError):
-        return False
-    return node_value > bound if operator == "Gt" else node_value < bound
-
-
-class NodeSelectorTerm(_Published):
-    matchExpressions: list[NodeSelectorRequirement] = Field(default_factory=list)
-    matchFields: list[NodeSelectorRequirement] = Field(default_factory=list)
-
-    def matches(self, node: str, labels: dict[str, str]) -> bool:
-        """Every requirement holds; an empty term matches nothing, as in Kubernetes."""
-        if not self.matchExpressions and not self.matchFields:
-            return False
-        return all(r.holds(labels.get(r.key)) for r in self.matchExpressions) and all(
-            r.holds(node if r.key == "metadata.name" else None) for r in self.matchFields
-        )
-
-
-class NodeSelector(_Published):
-    nodeSelectorTerms: list[NodeSelectorTerm] = Field(min_length=1)
-
-    def matches(self, node: str, labels: dict[str, str]) -> bool:
-        """Any term matches."""
-        return any(term.matches(node, labels) for term in self.nodeSelectorTerms)
-
-
-def node_name_selector(node: str) -> NodeSelector:
-    """The selector kube-scheduler writes for devices local to one node."""
-    requirement = NodeSelectorRequirement(key="metadata.name", operator="In", values=[node])
-    return NodeSelector(nodeSelectorTerms=[NodeSelectorTerm(matchFields=[requirement])])
 
 
 # ------------------------------------------------------------------- DeviceClass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from collections import Counter
 
 import pytest
@@ -15,7 +16,8 @@ from kai_ray.state.dra import (
     requested_resources,
 )
 from kai_ray.state.dra_allocate import Allocation, Unallocatable, allocate
-from kai_ray.values.dra import DraSettings, node_name_selector
+from kai_ray.values.dra import DraSettings
+from kai_ray.values.node_selector import node_name_selector
 from kai_ray.values.resources import GPU
 from tests.unit.dra_builders import (
     CLIQUE,
@@ -362,3 +364,37 @@ def test_a_search_too_large_stops_with_a_reason() -> None:
         builder.gpu(f"gpu-{i}", clique=f"c{i // 2}")
     distinct = claim("c", exact(count=16), constraints=[{"distinctAttribute": CLIQUE}])
     assert "tries" in refused(allocate([distinct], "n1", inventory(builder.build()), set()))
+
+
+def test_all_never_draws_from_a_pool_missing_slices() -> None:
+    half = make_slice("n1").gpus(2).in_pool("n1", generation=1, slices=2).build()
+    inv = inventory(half)
+    reason = refused(allocate([claim("c", exact(mode="All"))], "n1", inv, set()))
+    assert "not every slice of pool gpu.example.com/n1" in reason
+    assert names(ok(allocate([claim("c", exact(count=2))], "n1", inv, set()))) == ["gpu-0", "gpu-1"]
+
+
+def test_an_inventory_survives_a_pickle_after_selectors_ran() -> None:
+    inv = inventory(make_slice("n1").gpus(2).build())
+    first = ok(allocate([claim("c", exact(selectors=[H100]))], "n1", inv, set()))
+    copy = pickle.loads(pickle.dumps(inv))
+    assert ok(allocate([claim("c", exact(selectors=[H100]))], "n1", copy, set())) == first
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    racks=st.lists(st.sampled_from(["r1", "r2", "r3"]), min_size=1, max_size=5),
+    shared_rack=st.sampled_from(["r1", "r2"]),
+    node=st.integers(0, 4),
+)
+def test_a_node_is_only_given_devices_it_reaches(
+    racks: list[str], shared_rack: str, node: int
+) -> None:
+    nodes = {f"n{i}": {"rack": rack} for i, rack in enumerate(racks)}
+    name = f"n{node % len(racks)}"
+    slices = [make_slice(n).gpus(1).build() for n in nodes]
+    slices.append(make_slice(None).selector("rack", shared_rack).in_pool("rack").gpus(2).build())
+    inv = inventory(*slices, nodes=nodes)
+    result = allocate([claim("c", exact(mode="All"))], name, inv, set())
+    pools = sorted(d.ref.pool for c in ok(result).claims for d in c.devices)
+    assert pools == sorted([name] + ["rack", "rack"] * (nodes[name]["rack"] == shared_rack))
