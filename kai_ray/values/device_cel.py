@@ -28,8 +28,14 @@ from typing import Any
 
 import cel
 
-from kai_ray.values.dra import AttributeValue
-from kai_ray.values.errors import InvalidFieldError
+from kai_ray.values.dra import (
+    AttributeValue,
+    DeviceClass,
+    DeviceSelector,
+    ResourceClaim,
+    ResourceClaimTemplate,
+)
+from kai_ray.values.errors import InvalidFieldError, ObjectRef, Problem
 from kai_ray.values.resources import parse_amount
 
 #: How a quantity and a version travel through CEL: a one-key map, so that `==`
@@ -228,3 +234,41 @@ class DeviceView:
         if not isinstance(result, bool):
             raise SelectorError(f"gave {result!r}, not true or false")
         return result
+
+
+def selector_problems(obj: DeviceClass | ResourceClaim | ResourceClaimTemplate) -> list[Problem]:
+    """Every selector of a class, claim or template that does not compile, as a
+    problem naming the object and the field (for loaders and admission checks;
+    the allocator says the same when it meets one)."""
+    ref = ObjectRef(obj.kind, obj.metadata.name, obj.metadata.namespace)
+    return [
+        Problem(ref, f"{where}.cel.expression", compiled.error or "invalid CEL expression")
+        for where, selector in _selectors(obj)
+        if (compiled := compile_selector(selector.cel.expression)).program is None
+    ]
+
+
+def _selectors(
+    obj: DeviceClass | ResourceClaim | ResourceClaimTemplate,
+) -> list[tuple[str, DeviceSelector]]:
+    if isinstance(obj, DeviceClass):
+        return [(f"spec.selectors[{k}]", s) for k, s in enumerate(obj.spec.selectors)]
+    spec, prefix = (
+        (obj.spec.spec, "spec.spec")
+        if isinstance(obj, ResourceClaimTemplate)
+        else (obj.spec, "spec")
+    )
+    found: list[tuple[str, DeviceSelector]] = []
+    for i, request in enumerate(spec.devices.requests):
+        where = f"{prefix}.devices.requests[{i}]"
+        if request.exactly is not None:
+            found += [
+                (f"{where}.exactly.selectors[{k}]", s)
+                for k, s in enumerate(request.exactly.selectors)
+            ]
+        for j, sub in enumerate(request.firstAvailable):
+            found += [
+                (f"{where}.firstAvailable[{j}].selectors[{k}]", s)
+                for k, s in enumerate(sub.selectors)
+            ]
+    return found

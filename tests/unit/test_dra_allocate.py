@@ -398,3 +398,19 @@ def test_a_node_is_only_given_devices_it_reaches(
     result = allocate([claim("c", exact(mode="All"))], name, inv, set())
     pools = sorted(d.ref.pool for c in ok(result).claims for d in c.devices)
     assert pools == sorted([name] + ["rack", "rack"] * (nodes[name]["rack"] == shared_rack))
+
+
+def test_what_a_pending_claim_asks_for_in_queue_resources() -> None:
+    inv = inventory(make_slice("n1").gpus(2).build())
+    mapping = DraSettings(deviceClasses={GPU_CLASS: "gpu"})
+    first_choice = {
+        "name": "pick",
+        "firstAvailable": [
+            {"name": "big", "deviceClassName": GPU_CLASS, "count": 4},
+            {"name": "small", "deviceClassName": GPU_CLASS, "count": 1},
+        ],
+    }
+    asked = requested_resources(claim("c", exact(mode="All"), first_choice), inv, mapping)
+    assert asked[GPU] == 1 + 4, "All at least one device; firstAvailable its first choice"
+    held = allocated_resources(claim("c", first_choice), ["pick/small"], inv, mapping)
+    assert held[GPU] == 1

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from kai_ray.values.device_cel import DeviceView, SelectorError, compile_selector
+from kai_ray.values.device_cel import (
+    DeviceView,
+    SelectorError,
+    compile_selector,
+    selector_problems,
+)
+from kai_ray.values.dra import ResourceClaimTemplate
+from tests.unit.dra_builders import cel, device_class
 
 H100 = DeviceView(
     driver="gpu.example.com",
@@ -115,3 +122,42 @@ def test_each_expression_is_compiled_once_broken_ones_too() -> None:
     assert compile_selector(expression) is first and compile_selector(broken) is bad
     assert compile_selector.cache_info().hits == before + 2
     assert first.program is not None and bad.program is None and bad.error
+
+
+def test_malformed_selectors_are_problems_naming_object_and_field() -> None:
+    template = ResourceClaimTemplate.model_validate(
+        {
+            "metadata": {"name": "t", "namespace": "team-a"},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "firstAvailable": [
+                                    {
+                                        "name": "ok",
+                                        "deviceClassName": "c",
+                                        "selectors": cel("true"),
+                                    },
+                                    {
+                                        "name": "bad",
+                                        "deviceClassName": "c",
+                                        "selectors": cel("true", "device.driver =="),
+                                    },
+                                ],
+                            }
+                        ]
+                    }
+                }
+            },
+        }
+    )
+    (problem,) = selector_problems(template)
+    assert str(problem).startswith(
+        "ResourceClaimTemplate team-a/t: "
+        "spec.spec.devices.requests[0].firstAvailable[1].selectors[1].cel.expression: "
+    )
+    assert selector_problems(device_class("c", "device.driver == 'x'")) == []
+    (bad_class,) = selector_problems(device_class("c", "device.driver == 'x'", "(("))
+    assert bad_class.field == "spec.selectors[1].cel.expression"
