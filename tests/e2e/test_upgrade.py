@@ -131,13 +131,15 @@ def test_upgrade_from_0_1_0_keeps_running_work_where_it_is(
     for i in range(2):
         sandbox.create(pod(f"pair-{i}", tree.team_b, selector, gpus=1, group="pair"))
     sandbox.create(pod("single", tree.team_a, selector, gpus=1))
-    running = sandbox.wait_pods(None, 3 + 3 + 2 + 1, bound=True, timeout=90)
+    sandbox.wait_pods(None, 3 + 3 + 2 + 1, bound=True, timeout=90)
     eventually(
         lambda: {g for g in phases(sandbox).values()} == {"Running"} and len(phases(sandbox)) == 4,
         60,
         "every PodGroup Running under 0.1.0",
     )
-    assert all(p.status.phase == "Running" for p in running)
+    eventually(
+        lambda: all(p.status.phase == "Running" for p in sandbox.pods()), 30, "every pod Running"
+    )
     before, groups_before = placements(sandbox), phases(sandbox)
     v0_1_0_operator.stop()
 
