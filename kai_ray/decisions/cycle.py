@@ -21,6 +21,7 @@ from kai_ray.decisions.allocate import AllocateAction
 from kai_ray.decisions.booking import held_ledger
 from kai_ray.decisions.consolidate import ConsolidateAction
 from kai_ray.decisions.context import Action, ActionRegistry, CycleContext, CycleLog
+from kai_ray.decisions.eviction import release_terminating
 from kai_ray.decisions.fairness import OverCommitment, cluster_capacity, fair_shares, over_committed
 from kai_ray.decisions.fairness import leaf_requests as leaf_requests
 from kai_ray.decisions.ordering import waiting_gangs
@@ -102,6 +103,8 @@ def run_cycle(
     plan = Plan(cycle=cycle)
     tx = Transaction(snapshot)
     ctx = CycleContext(snapshot, spec, shares, ledger, tx, plan, log, now, capacity)
+    #    Pods being deleted release their room: the actions place onto it (pipelining).
+    release_terminating(ctx)
     # 3. The actions, in the configured order, least disruptive first.
     for action in actions:
         action.run(ctx)

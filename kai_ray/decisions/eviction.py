@@ -14,7 +14,9 @@
    (`admission_refusal`: limits counted with what the victims free in each
    queue on their paths), so a victim the job's queue limits need is kept
    even when its node was not used;
-4. `record`: the evictions and the job's status into the plan.
+4. `record`: the evictions and the job's status into the plan;
+5. `release_terminating`, before any action: pods being deleted give their
+   room back in the transaction (pipelining), and are never victims again.
 Choosing victims is a pure function (`victims.py`); issuing the evictions is
 this module's. Pure: no I/O.
 """
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kai_ray.decisions.admission import freed_in_queues, is_preemptible, refusal
+from kai_ray.decisions.booking import book
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.ordering import (
     Candidate,
@@ -180,6 +183,30 @@ def _vector(tx: Transaction) -> PodVector:
 def _node_of(tx: Transaction) -> Callable[[PodState], int]:
     index = tx.snapshot.node_index
     return lambda pod: index[pod.node or ""]
+
+
+def release_terminating(ctx: CycleContext) -> list[PodState]:
+    """Pipelining: every bound pod of this scheduler's groups that is being deleted
+    (`PodState.releasing`: an eviction's grace period) is taken out in the
+    transaction, and booked off its queue, before any action runs. What it holds
+    counts as free for placement, so a waiting gang is placed onto it (its binds
+    wait for the pod to go: the binder's room check), and it is never a victim
+    again: no second eviction for the same room. Returns the pods taken out."""
+    releasing = [
+        (pod, group)
+        for group in ctx.snapshot.pod_groups.values()
+        for pod in group.bound
+        if pod.releasing
+    ]
+    if not releasing:
+        return []
+    with ctx.transaction.attempt() as step:
+        for pod, group in releasing:
+            ctx.transaction.evict(pod, group.key)
+        refused = book(ctx, step)
+    if refused is not None:
+        raise RuntimeError(f"taking back releasing pods was refused: {refused}")
+    return [pod for pod, _ in releasing]
 
 
 def waiting_candidates(ctx: CycleContext) -> WaitingJobs:

@@ -26,6 +26,7 @@ from kai_ray.workloads.pod_fields import (
     pod_gpu_devices,
     pod_group_name,
     pod_has_controller,
+    pod_is_deleting,
     pod_is_terminal,
     pod_key,
     pod_name,
@@ -76,6 +77,9 @@ class PodState:
     tolerations: tuple[Toleration, ...] = ()
     #: A controller recreates the pod when it is evicted (`pod_has_controller`).
     controlled: bool = False
+    #: Bound and being deleted (`pod_is_deleting`): it holds its node until it is
+    #: gone, and the cycle places work onto what it releases (`eviction.release_terminating`).
+    releasing: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -125,6 +129,7 @@ class PodState:
             self.node_affinity,
             self.tolerations,
             self.controlled,
+            self.releasing,
         )
 
 
@@ -193,6 +198,7 @@ def read_pod(pod: Mapping[str, Any], problems: list[Problem]) -> PodState | None
         node_affinity=affinity,
         tolerations=tolerations,
         controlled=pod_has_controller(pod),
+        releasing=pod_node(pod) is not None and pod_is_deleting(pod),
     )
 
 

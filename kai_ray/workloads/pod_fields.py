@@ -93,6 +93,12 @@ def pod_has_controller(pod: Pod) -> bool:
     return any(isinstance(o, Mapping) and o.get("controller") is True for o in owners)
 
 
+def pod_is_deleting(pod: Pod) -> bool:
+    """`metadata.deletionTimestamp` is set: the pod is going (an eviction's grace
+    period), though it may hold its node for a while yet."""
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
 def pod_is_terminal(pod: Pod) -> bool:
     """Succeeded or Failed pods hold no resources; a deleting pod still does."""
     return pod_phase(pod) in TERMINAL_PHASES
