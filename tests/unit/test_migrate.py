@@ -557,6 +557,8 @@ def test_pod_without_queue_label_goes_to_kais_default_queue() -> None:
     assert pod["metadata"]["labels"] == {"kai-ray.io/queue": "default-queue"}
     assert pod["metadata"]["annotations"] == {"kai-ray.io/gpu-fraction": "0.5", "mps": "true"}
     assert [c.split(":")[0] for c in changes(migration)] == ["metadata.annotations[mps]"]
+    (missing,) = [f for f in migration.findings if f.obj == "Queue default-queue"]
+    assert missing.message.startswith("1 converted workload(s) go to it, and it is not among")
 
 
 def test_pod_joining_a_pod_group_takes_its_queue_from_the_group() -> None:

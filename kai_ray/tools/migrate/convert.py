@@ -35,11 +35,11 @@ from kai_ray.tools.migrate.scheduler import (
     scheduler_config,
     shard_settings,
 )
-from kai_ray.tools.migrate.workloads import WorkloadMigration
+from kai_ray.tools.migrate.workloads import KAI_DEFAULT_QUEUE, WorkloadMigration
 from kai_ray.values.api import API_KINDS, API_VERSION
 from kai_ray.values.config import SchedulerConfig
 from kai_ray.values.errors import InvalidFieldError, InvalidObjectError, Problem
-from kai_ray.values.names import SCHEDULER_NAME
+from kai_ray.values.names import QUEUE_LABEL, SCHEDULER_NAME
 from kai_ray.values.validation import object_ref, parse_model
 
 KAI_GROUPS = ("scheduling.run.ai/", "kai.scheduler/")
@@ -91,7 +91,25 @@ def migrate(documents: Sequence[Document], scheduler_name: str = SCHEDULER_NAME)
             migration.documents.append(converted)
     if problems:
         raise InvalidObjectError(problems)
+    _default_queue(migration)
     return migration
+
+
+def _default_queue(migration: Migration) -> None:
+    """Workloads sent to KAI's `default-queue` need that Queue in kai-ray too."""
+    queues = {d["metadata"]["name"] for d in migration.documents if d.get("kind") == "Queue"}
+    labelled = sum(
+        ((d.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL) == KAI_DEFAULT_QUEUE
+        for d in migration.documents
+    )
+    if labelled and KAI_DEFAULT_QUEUE not in queues:
+        message = (
+            f"{labelled} converted workload(s) go to it, and it is not among the inputs: "
+            f"convert KAI's (kubectl get queues.scheduling.run.ai {KAI_DEFAULT_QUEUE} "
+            "default-parent-queue -o yaml)"
+        )
+        found = Finding("(inputs)", f"Queue {KAI_DEFAULT_QUEUE}", "metadata.name", message, False)
+        migration.findings.append(found)
 
 
 def _once(
