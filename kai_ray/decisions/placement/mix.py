@@ -136,7 +136,8 @@ def lay_out(tx: Transaction, classes: Iterable[tuple[PodState, float]]) -> MixAr
 
 @dataclass
 class TransactionMix:
-    """The mix a transaction scores with, and its layout, kept while its classes stay."""
+    """The mix a transaction scores with, and its layout: the same object while the
+    classes and their probabilities stay (scores kept for it stay right)."""
 
     mix: WorkloadMix
     _arrays: MixArrays | None = None
@@ -148,7 +149,8 @@ class TransactionMix:
             self._arrays = lay_out(tx, classes)
         else:
             probability = np.array([p for _, p in classes], dtype=np.float64)
-            self._arrays = _with_probability(self._arrays, probability)
+            if not np.array_equal(probability, self._arrays.probability):
+                self._arrays = _with_probability(self._arrays, probability)
         return self._arrays
 
 

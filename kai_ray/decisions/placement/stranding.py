@@ -114,11 +114,78 @@ class Choice:
     score: Matrix
     #: Per node: the device a share goes to (-1 for other pods).
     device: npt.NDArray[np.intp]
+    #: Per node: the bin-packing score, the tie-break (NaN when not asked for).
+    packing: Matrix
 
 
-def score_nodes(tx: Transaction, shape: PodShape, nodes: Indices, mix: MixArrays) -> Choice:
+@dataclass
+class _Scores:
+    """Per node of the snapshot: one shape's score and device under one mix, whether
+    they still hold, and how much of the transaction's log was seen."""
+
+    mix: MixArrays
+    score: Matrix
+    device: npt.NDArray[np.intp]
+    packing: Matrix
+    fresh: Flags
+    seen: int = 0
+    last: object = None
+
+
+#: Per shape (requests, share): its scores, kept while the mix is the same object.
+SCORES = MemoKey[_Scores]("stranding scores")
+
+
+def score_nodes(
+    tx: Transaction,
+    shape: PodShape,
+    nodes: Indices,
+    mix: MixArrays,
+    packing: Callable[[Indices], Matrix] | None = None,
+) -> Choice:
     """How much one pod of `shape` raises the expected stranded amount on each of `nodes`
-    (all of which must fit it), on its best device for a share."""
+    (all of which must fit it), on its best device for a share, and `packing`'s score.
+    A node's scores depend only on that node, the shape and the mix: they are kept and
+    worked out again only for nodes placed on since (exact, as the class fits are)."""
+    key = (shape.requests, shape.share)
+    kept = tx.memo.find(SCORES, key)
+    if kept is None or kept.mix is not mix:
+        size = len(tx.free)
+        device = np.full(size, -1, dtype=np.intp)
+        packed = np.full(size, np.nan)
+        kept = _Scores(mix, np.zeros(size), device, packed, np.zeros(size, dtype=np.bool_))
+        tx.memo.keep(SCORES, key, kept)
+    if not _log_intact(tx, kept.seen, kept.last):
+        kept.fresh[:] = False
+    else:
+        kept.fresh[_touched(tx, kept.seen)] = False
+    kept.seen, kept.last = len(tx.placements), tx.placements[-1] if tx.placements else None
+    stale = nodes[~kept.fresh[nodes]]
+    if len(stale):
+        kept.score[stale], kept.device[stale] = _score_now(tx, shape, stale, mix)
+        kept.packing[stale], kept.fresh[stale] = np.nan, True
+    if packing is not None:
+        missing = nodes[np.isnan(kept.packing[nodes])]
+        if len(missing):
+            kept.packing[missing] = packing(missing)
+    return Choice(kept.score[nodes], kept.device[nodes], kept.packing[nodes])
+
+
+def _log_intact(tx: Transaction, seen: int, last: object) -> bool:
+    """The transaction's log still holds what was seen (it only grows, or shrinks on a
+    rollback, after which a new entry is a new object)."""
+    log = tx.placements
+    return seen <= len(log) and (seen == 0 or log[seen - 1] is last)
+
+
+def _touched(tx: Transaction, seen: int) -> list[int]:
+    return [p.node for p in tx.placements[seen:]]
+
+
+def _score_now(
+    tx: Transaction, shape: PodShape, nodes: Indices, mix: MixArrays
+) -> tuple[Matrix, npt.NDArray[np.intp]]:
+    """Each node's score and device for a share (-1 for other pods), worked out now."""
     gpu = tx.snapshot.column(GPU)
     before = NodeState(tx.free[nodes], tx.devices[nodes], tx.whole_free[nodes], nodes)
     weights = resource_weights(tx)
@@ -131,7 +198,7 @@ def score_nodes(tx: Transaction, shape: PodShape, nodes: Indices, mix: MixArrays
     fits = _fits_after_whole(before, free, shape, mix)
     unusable, stranded_gpu = _expectation(mix, fits, partial)
     score = unusable * (np.maximum(free, 0.0) @ weights) + stranded_gpu * weights[gpu] - base
-    return Choice(score, np.full(len(nodes), -1, dtype=np.intp))
+    return score, np.full(len(nodes), -1, dtype=np.intp)
 
 
 def _fits_after_whole(state: NodeState, free: Matrix, shape: PodShape, mix: MixArrays) -> Flags:
@@ -204,9 +271,8 @@ def _catch_up(tx: Transaction, known: _Known) -> None:
     after it, when the log still holds what was seen (it only grows, or shrinks on a
     rollback); else every node whose free row or devices differ from the ones worked on."""
     log = tx.placements
-    intact = known.seen <= len(log) and (known.seen == 0 or log[known.seen - 1] is known.last)
-    if intact:
-        known.fresh[[p.node for p in log[known.seen :]]] = False
+    if _log_intact(tx, known.seen, known.last):
+        known.fresh[_touched(tx, known.seen)] = False
     else:
         known.fresh &= np.all(known.free == tx.free, axis=1)
         known.fresh &= np.all(known.devices == tx.devices, axis=1)
@@ -219,7 +285,7 @@ def _best_device(
     mix: MixArrays,
     columns: tuple[int, Matrix],
     before: tuple[Matrix, Matrix],
-) -> Choice:
+) -> tuple[Matrix, npt.NDArray[np.intp]]:
     """A share tried on every device of every row that could take it: (classes, rows,
     candidates) arrays of what changes, the rest per row; each row's best device and its
     score. Devices with the same room give the same result, so only the first of each is
@@ -247,7 +313,7 @@ def _best_device(
     score = np.where(devices + EPSILON >= fraction[:, None], score, np.inf)
     best = _best_of(score, devices)
     rows = np.arange(len(state.nodes))
-    return Choice(score[rows, best], candidate[rows, best])
+    return score[rows, best], candidate[rows, best]
 
 
 def _candidates(devices: Matrix, fraction: Matrix) -> tuple[npt.NDArray[np.intp], Matrix]:
@@ -311,11 +377,6 @@ def resource_weights(tx: Transaction) -> Matrix:
     return tx.memo.get(WEIGHTS, None, build)
 
 
-#: The device the last node choice found for a share, by (transaction version, shape,
-#: node): `choose_devices` right after `choose_node` reads it instead of scoring again.
-CHOSEN_DEVICE = MemoKey[int]("device chosen with the node")
-
-
 def choose_least_stranding(
     tx: Transaction,
     shape: PodShape,
@@ -324,25 +385,18 @@ def choose_least_stranding(
     packing: Callable[[Indices], Matrix],
 ) -> int:
     """The node of `fit` whose placement strands least (ties as the module says;
-    `packing` scores the tied nodes for bin-packing, lowest first)."""
-    choice = score_nodes(tx, shape, fit, mix)
+    `packing` scores nodes for bin-packing, lowest first)."""
+    choice = score_nodes(tx, shape, fit, mix, packing)
     keep = choice.score <= choice.score.min() + TIE
     if not shape.shares_gpu and not shape.whole_gpus:
         free_gpus = tx.free[fit, tx.snapshot.column(GPU)]
         keep &= free_gpus <= free_gpus[keep].min() + TIE
     tied = np.flatnonzero(keep)
-    best = int(tied[np.argmin(packing(fit[tied]))]) if len(tied) > 1 else int(tied[0])
-    if shape.shares_gpu:
-        key = (tx.version, shape.requests, shape.share, int(fit[best]))
-        tx.memo.keep(CHOSEN_DEVICE, key, int(choice.device[best]))
+    best = int(tied[np.argmin(choice.packing[tied])])
     return int(fit[best])
 
 
 def device_for_share(tx: Transaction, shape: PodShape, node: int, mix: MixArrays) -> int:
-    """The device of `node` a share strands least on."""
-    key = (tx.version, shape.requests, shape.share, node)
-    chosen = tx.memo.find(CHOSEN_DEVICE, key)
-    if chosen is not None:
-        return chosen
+    """The device of `node` a share strands least on (kept from the node's choice)."""
     choice = score_nodes(tx, shape, np.array([node], dtype=np.intp), mix)
     return int(choice.device[0])
