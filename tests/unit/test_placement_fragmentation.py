@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from kai_ray.decisions.placement.filters import static_mask, static_nodes
 from kai_ray.decisions.placement.fit import choose_devices, choose_node, room_on
-from kai_ray.decisions.placement.mix import WorkloadMix, mix_of
+from kai_ray.decisions.placement.mix import MIX, TransactionMix, WorkloadMix, mix_of
 from kai_ray.decisions.placement.shapes import PodShape, shape_of
 from kai_ray.decisions.placement.stranding import resource_weights, score_nodes
 from kai_ray.decisions.plan import Bind
@@ -186,6 +186,55 @@ def test_the_score_is_the_reference_and_never_prefers_stranding_more_of_everythi
     ]
     for _, _, other in deltas:
         assert not np.all(mine[columns] > other[columns] + 1e-9)
+
+
+def fresh_copy(tx: Transaction) -> Transaction:
+    """The same state and mix in a new transaction: nothing kept from earlier scoring."""
+    copy = Transaction(tx.snapshot)
+    for placement in tx.placements:
+        copy.place(placement)
+    copy.memo.keep(MIX, None, TransactionMix(mix_of(tx, FRAGMENTATION.fragmentation).mix))
+    return copy
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scene=scenes(), steps=st.lists(st.integers(-1, len(PALETTE) - 1), max_size=12))
+def test_scores_kept_across_placements_and_rollbacks_are_the_fresh_ones(
+    scene: tuple[Transaction, PodState], steps: list[int]
+) -> None:
+    """Placing with the strategy (-1: roll back to the mark before the last placement),
+    then scoring every palette shape: the kept scores equal a fresh transaction's."""
+    tx, _ = scene
+    marks: list[int] = []
+    for step in steps:
+        if step < 0:
+            if marks:
+                tx.rollback(marks.pop())
+            continue
+        state = pod(*PALETTE[step])
+        shape = shape_of(tx, state)
+        node = choose_node(tx, shape, static_nodes(tx, state), FRAGMENTATION)
+        if node is not None:
+            marks.append(tx.checkpoint())
+            place(tx, state, node, choose_devices(tx, shape, node, FRAGMENTATION))
+        fresh = fresh_copy(tx)
+        for probe in (pod(*p) for p in PALETTE):
+            kept_shape, fresh_shape = shape_of(tx, probe), shape_of(fresh, probe)
+            nodes = static_nodes(tx, probe)
+            fit = nodes[room_on(tx, kept_shape, nodes) > 0]
+            if not fit.size:
+                continue
+            mine = score_nodes(
+                tx, kept_shape, fit, mix_of(tx, FRAGMENTATION.fragmentation).arrays(tx)
+            )
+            theirs = score_nodes(
+                fresh, fresh_shape, fit, mix_of(fresh, FRAGMENTATION.fragmentation).arrays(fresh)
+            )
+            assert mine.score.tolist() == theirs.score.tolist()
+            assert mine.device.tolist() == theirs.device.tolist()
+            assert choose_node(tx, kept_shape, nodes, FRAGMENTATION) == choose_node(
+                fresh, fresh_shape, nodes, FRAGMENTATION
+            )
 
 
 # ----------------------------------------------------------------- named cases
