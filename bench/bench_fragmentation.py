@@ -13,7 +13,10 @@ included). Every policy sees the same pods in the same order for a seed:
   memory and GPUs as shares of the node;
 - `binpack`: kai-ray's packing (`placementStrategy: binpack`, `fit.choose_node`);
 - `fragmentation`: kai-ray's fragmentation-aware score
-  (`placementStrategy: fragmentation`), learning the mix from the arrivals.
+  (`placementStrategy: fragmentation`), learning the mix from the arrivals as
+  the scheduler does from its snapshots: the pods arrive `CYCLE` at a time and
+  each cycle's arrivals join the mix (one second apart, half-life one hour)
+  before the first of them is placed.
 Devices: `random` and `best-fit` put a share on the fullest device it fits
 (kai-ray's rule); the kai-ray policies choose as they do in the scheduler.
 
@@ -131,6 +134,9 @@ VARIANTS: dict[str, tuple[tuple[float, float, float, float], float]] = {
 }
 POLICIES = ("random", "best-fit", "binpack", "fragmentation")
 TARGET_LOAD = 1.3
+#: Pods that arrive per scheduling cycle: the scheduler's mix is its snapshot's, so the
+#: fragmentation policy sees a cycle's arrivals (pending) when it places the first of them.
+CYCLE = 20
 #: Points of the curve: arrived load in percent of the GPU capacity.
 CURVE = np.arange(5, 131, 5)
 
@@ -268,8 +274,9 @@ def run_policy(policy: str, variant: str, seed: int, scale: float) -> dict[str, 
             break
         state = states[pod]
         arrived += pod.gpu_request
-        if policy == "fragmentation":
-            mix_of(tx, settings).mix.observe(state, float(i))
+        if policy == "fragmentation" and i % CYCLE == 0:
+            for j, arriving in enumerate(pods[i : i + CYCLE]):
+                mix_of(tx, settings).mix.observe(states[arriving], float(i + j))
         allocated += pod.gpu_request * _place(tx, state, choose, f"bench/p{i}")
         while len(curve) < len(CURVE) and arrived >= CURVE[len(curve)] / 100 * capacity - EPSILON:
             curve.append(100 * allocated / capacity)
