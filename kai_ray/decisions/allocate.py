@@ -22,7 +22,14 @@ from __future__ import annotations
 from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
-from kai_ray.decisions.ordering import Candidate, WaitingJobs, candidate_for, take_next, waits
+from kai_ray.decisions.ordering import (
+    Candidate,
+    WaitingJobs,
+    candidate_for,
+    releasing_members,
+    take_next,
+    waits,
+)
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.plan import GroupStatus
 
@@ -46,7 +53,8 @@ class _Allocation:
         for group in self.ctx.snapshot.pod_groups.values():
             if waits(group, tx):
                 minimums.add(candidate_for(group))
-            elif group.pending and not group.missing:  # admitted: extras may follow
+            elif group.pending and not group.missing and not releasing_members(group):
+                # admitted: extras may follow
                 self.ctx.plan.statuses.state(admitted(group))
                 extras.append(candidate_for(group))
         self.minimums(minimums, extras)

@@ -81,8 +81,16 @@ def candidate_for(group: PodGroupState) -> Candidate:
 
 def waits(group: PodGroupState, tx: Transaction) -> bool:
     """A waiting gang (`PodGroupState.waiting`) none of whose pending pods an action
-    placed this cycle: the one rule of what every action makes room for."""
-    return group.waiting and not any(pod.key in tx.placed for pod in group.pending)
+    placed this cycle, and none of whose members is still being deleted: the one
+    rule of what every action makes room for."""
+    placed = any(pod.key in tx.placed for pod in group.pending)
+    return group.waiting and not placed and not releasing_members(group)
+
+
+def releasing_members(group: PodGroupState) -> bool:
+    """Some bound member is being deleted: until it is gone the group's pending pods
+    wait (counted with it, the gang would be placed short of its minimum)."""
+    return any(pod.releasing for pod in group.bound)
 
 
 def waiting_gangs(groups: Iterable[PodGroupState], tx: Transaction) -> list[PodGroupState]:

@@ -83,12 +83,13 @@ def holding_pods(
     ctx: CycleContext, group: PodGroupState, evicted: Collection[str]
 ) -> list[PodState]:
     """The group's pods that hold resources after the actions before this one (a pod
-    evicted and placed again, as consolidation moves it, holds)."""
+    evicted and placed again, as consolidation moves it, holds; one being deleted
+    does not: it is going already)."""
     placed, bound = ctx.transaction.placed, {pod.key for pod in group.bound}
     return [
         pod
         for pod in group.live_pods()
-        if pod.key in placed or (pod.key in bound and pod.key not in evicted)
+        if pod.key in placed or (pod.key in bound and pod.key not in evicted and not pod.releasing)
     ]
 
 

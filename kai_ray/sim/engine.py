@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import gc
 import heapq
 import math
@@ -26,14 +27,14 @@ from typing import Any
 
 from kai_ray.decisions.cycle import CycleResult, run_cycle
 from kai_ray.decisions.fairness import OverCommitment
-from kai_ray.decisions.plan import Bind, Evict
+from kai_ray.decisions.plan import Bind, Evict, Plan
 from kai_ray.decisions.usage import UsageState
 from kai_ray.effects.binder import Binder
 from kai_ray.effects.reporting import merge_condition
 from kai_ray.sim.accounting import Amounts, QueueAccounting, add_into
 from kai_ray.sim.events import ClusterEvent
 from kai_ray.sim.invariants import BindingLedger, Holding
-from kai_ray.sim.loader import SimInput
+from kai_ray.sim.loader import SimInput, explicit_ref, termination_grace
 from kai_ray.sim.records import BindingRecord, JobRecord, QueueSample
 from kai_ray.sim.writer import SimWriter
 from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, TOPOLOGY, ClusterCache
@@ -45,8 +46,8 @@ from kai_ray.values.names import GPU_DEVICES_ANNOTATION, POD_GROUP_ANNOTATION
 from kai_ray.values.resources import GPU
 from kai_ray.workloads.pod_fields import gpu_share, pod_key, pod_node, pod_requests
 
-# Same-time order: arrivals, departures, cluster events, then a cycle.
-SUBMIT, COMPLETE, CLUSTER, CYCLE = 0, 1, 2, 3
+# Same-time order: arrivals, departures, evicted pods gone, cluster events, then a cycle.
+SUBMIT, COMPLETE, GONE, CLUSTER, CYCLE = 0, 1, 2, 3, 4
 
 CycleFunction = Callable[[Snapshot, SchedulerConfig, int, float, UsageState | None], CycleResult]
 Progress = Callable[[float], None]
@@ -67,6 +68,8 @@ class _Job:
     group: dict[str, Any]
     pods: list[dict[str, Any]]
     duration: float | None
+    #: How long an evicted pod of the job holds its node before it is gone.
+    grace: float = 0.0
     #: Bumped each time the job loses its gang, so that an old completion is ignored.
     epoch: int = 0
     running: bool = False
@@ -101,6 +104,11 @@ class Simulation:
         #: Quotas over-committed (the Queue's QuotaOverCommitted warning), each with
         #: the virtual time it was first seen.
         self.over_committed: dict[OverCommitment, float] = {}
+        #: Evicted pods within their grace period (still on their node), with the
+        #: eviction's reason; and, per group, the binds of the last plan waiting for
+        #: the room those pods release (pipelined), applied when it is free.
+        self.going: dict[str, str] = {}
+        self.pipelined: dict[str, list[Bind]] = {}
         self._live: dict[str, _Job] = {}
         self._holdings: dict[str, Holding] = {}
         self._feed_cluster()
@@ -138,6 +146,7 @@ class Simulation:
                 pods = [copy.deepcopy(pod) for pod in group_pods]
                 pg = group.pod_group.model_dump(mode="json", exclude_none=True)
                 job = _new_job(pg, pods, workload.ref.kind, workload.submit_at, workload.duration)
+                job.grace = termination_grace(workload.raw, workload.ref)
                 self._push(workload.submit_at, SUBMIT, job)
         for explicit, submit_at, duration in self.sim.pod_groups:
             pg = explicit.model_dump(mode="json", exclude_none=True)
@@ -146,7 +155,9 @@ class Simulation:
                 for d in self.sim.member_pods
                 if _member_of(d.raw, explicit)
             ]
-            self._push(submit_at, SUBMIT, _new_job(pg, pods, "PodGroup", submit_at, duration))
+            job = _new_job(pg, pods, "PodGroup", submit_at, duration)
+            job.grace = termination_grace(pg, explicit_ref(explicit))
+            self._push(submit_at, SUBMIT, job)
 
     def run(self, progress: Progress | None = None) -> None:
         with _long_lived_heap():
@@ -162,6 +173,8 @@ class Simulation:
                 self._submit(event.payload)
             elif event.order == COMPLETE:
                 self._complete(*event.payload)
+            elif event.order == GONE:
+                self._gone(*event.payload)
             elif event.order == CLUSTER:
                 self._apply_cluster_event(event.payload)
             elif event.time == self._cycle_at:
@@ -223,6 +236,9 @@ class Simulation:
     def _recreate(self, key: str, now: float, reason: str) -> None:
         """The pod is gone (evicted, failed); its controller creates it again, pending."""
         pod = self.pods.get(key)
+        self.going.pop(key, None)
+        if pod is not None:
+            pod["metadata"].pop("deletionTimestamp", None)
         self._release(key, now, reason)
         if pod is None or pod["spec"].get("schedulerName") not in (None, self._scheduler):
             return
@@ -249,11 +265,13 @@ class Simulation:
         result = self.cycle_fn(snapshot, self.config, self.cycles, SIM_EPOCH_S + now, self.usage)
         self.usage = result.usage
         self.cache.set_usage(result.usage.queues)
-        # The binder applies the plan as in a cluster: evictions, binds, statuses.
-        self.binder.apply(result.plan, snapshot, SIM_EPOCH_S + now)
-        touched = self._touched_jobs(result.plan.binds, result.plan.evictions)
+        # The binder applies the plan as in a cluster: evictions, binds, statuses; binds
+        # onto room that evicted pods still hold wait for it (pipelined).
+        plan = self._pipeline(result.plan)
+        self.binder.apply(plan, snapshot, SIM_EPOCH_S + now)
+        touched = self._touched_jobs(plan.binds, plan.evictions)
         self._update_jobs(touched, result, now)
-        changed = bool(result.plan.binds or result.plan.evictions)
+        changed = bool(plan.binds or plan.evictions)
         if changed:
             self._check_invariants(touched)
             self._schedule_cycle(now + self.period)
@@ -324,7 +342,9 @@ class Simulation:
         for job in touched:
             # Every member holding a node counts, those bound before the run began too
             # (a snapshot of a live cluster): growing a whole gang is not breaking it.
-            nodes = [h.node for p in job.pods if (h := self._holdings.get(pod_key(p)))]
+            # A pod within its grace is leaving: the eviction has broken the gang already.
+            held = [pod_key(p) for p in job.pods if pod_key(p) not in self.going]
+            nodes = [h.node for key in held if (h := self._holdings.get(key))]
             min_member = job.record.min_member
             self.ledger.check_gang(self.cycles, job.group_key, min_member, nodes, job.group)
 
@@ -392,7 +412,79 @@ class Simulation:
         self.cache.upsert(job.group, POD_GROUP)
 
     def evict(self, evict: Evict) -> None:
-        self._recreate(evict.pod, self.clock.now(), evict.reason)
+        """Evicted: a pod whose job has a termination grace keeps its node for that
+        long, marked as being deleted (the cycle pipelines onto its room); then it
+        is gone and its controller creates it again."""
+        now, job = self.clock.now(), self.jobs.get(evict.group)
+        if evict.pod in self.going:
+            return  # already going: evicting it again changes nothing
+        pod = self.pods.get(evict.pod)
+        if job is None or job.grace <= 0 or pod is None or evict.pod not in self.bindings:
+            self._recreate(evict.pod, now, evict.reason)
+            return
+        pod["metadata"]["deletionTimestamp"] = _timestamp(now)
+        self.cache.upsert(pod, POD)
+        self.going[evict.pod] = evict.reason
+        self._push(now + job.grace, GONE, (evict.pod, evict.group))
+
+    def _gone(self, key: str, group: str) -> None:
+        """An evicted pod's grace is over: it releases its node, and the binds that
+        waited for the room are applied."""
+        reason, now = self.going.get(key), self.clock.now()
+        if reason is None:
+            return  # gone already (its job finished, its node went down)
+        self._recreate(key, now, reason)
+        touched = [self.jobs[group]] if group in self.jobs else []
+        touched += self._bind_pipelined(now)
+        for job in touched:
+            self._follow_gang(job, now)
+        self._check_invariants(touched)
+        self._schedule_cycle(now)
+
+    def _pipeline(self, plan: Plan) -> Plan:
+        """The plan with the binds it can apply now; a group's binds that need room
+        evicted pods still hold wait, whole, in `pipelined` (the last plan's only)."""
+        self.pipelined.clear()
+        freed = [self._holdings[e.pod] for e in plan.evictions if self._freed_at_once(e)]
+        going = {self._holdings[k].node for k in self.going if k in self._holdings}
+        going |= {self._holdings[e.pod].node for e in plan.evictions if e.pod in self._holdings}
+        taken: list[Holding] = []
+        by_group: dict[str, list[Bind]] = {}
+        for bind in plan.binds:
+            by_group.setdefault(bind.group, []).append(bind)
+        now: list[Bind] = []
+        for group, binds in by_group.items():
+            adding = [*taken, *map(self._holding_of, binds)]
+            if self.ledger.fits(adding, freed) or not going & {b.node for b in binds}:
+                now.extend(binds)
+                taken = adding
+            else:
+                self.pipelined[group] = binds
+        return dataclasses.replace(plan, binds=now)
+
+    def _freed_at_once(self, evict: Evict) -> bool:
+        job = self.jobs.get(evict.group)
+        gone_now = job is None or job.grace <= 0
+        return gone_now and evict.pod in self._holdings and evict.pod not in self.going
+
+    def _holding_of(self, bind: Bind) -> Holding:
+        return Holding(
+            bind.node, pod_requests(self.pods[bind.pod]), bind.gpu_devices, bind.gpu_fraction
+        )
+
+    def _bind_pipelined(self, now: float) -> list[_Job]:
+        """The pipelined groups whose room is free now, bound (in plan order)."""
+        bound = []
+        for group, binds in list(self.pipelined.items()):
+            live = [b for b in binds if b.pod in self.pods and b.pod not in self.bindings]
+            if len(live) < len(binds) or not self.ledger.fits([self._holding_of(b) for b in live]):
+                continue
+            del self.pipelined[group]
+            for bind in live:
+                self._bind(bind, now)
+            if group in self.jobs:
+                bound.append(self.jobs[group])
+        return bound
 
     def bind(self, bind: Bind) -> None:
         self._bind(bind, self.clock.now())

@@ -145,6 +145,32 @@ class BindingLedger:
                 account.devices[device] = float("inf")  # no such device: always a violation
             account.devices[device] += sign * per_device
 
+    def fits(self, adding: Sequence[Holding], freeing: Sequence[Holding] = ()) -> bool:
+        """Whether the nodes take `adding` on top of what they hold now, less
+        `freeing` (the room a pipelined bind waits for: docs/disruption.md)."""
+        used: dict[str, dict[str, float]] = {}
+        devices: dict[str, list[float]] = {}
+        for holding, sign in [*((h, -1.0) for h in freeing), *((h, 1.0) for h in adding)]:
+            account = self._nodes.get(holding.node)
+            if account is None:
+                continue
+            node_used = used.setdefault(holding.node, dict(account.used))
+            node_devices = devices.setdefault(holding.node, list(account.devices))
+            for name, amount in [*holding.requests.items(), (POD_COUNT, 1.0)]:
+                node_used[name] = node_used.get(name, 0.0) + sign * amount
+            for device in holding.devices:
+                if device < len(node_devices):
+                    node_devices[device] += sign * (holding.fraction or 1.0)
+        for node, node_used in used.items():
+            allocatable = self._nodes[node].allocatable
+            for resource, amount in node_used.items():
+                counted = resource != POD_COUNT or POD_COUNT in allocatable
+                if counted and amount > allocatable[resource] + TOLERANCE:
+                    return False
+            if any(d > 1.0 + TOLERANCE for d in devices[node]):
+                return False
+        return True
+
     def check_nodes(self, cycle: int) -> None:
         """No node touched since the last check holds more than it offers."""
         for name in sorted(self._touched):

@@ -20,7 +20,12 @@ from kai_ray.sim.references import check_references
 from kai_ray.values.api import API_VERSION, PodGroup, Queue, Topology
 from kai_ray.values.config import CONFIG_API_VERSION, SchedulerConfig, duration_seconds
 from kai_ray.values.errors import InvalidFieldError, InvalidObjectError, ObjectRef, Problem
-from kai_ray.values.names import POD_GROUP_ANNOTATION, SIM_DURATION, SIM_SUBMIT_AT
+from kai_ray.values.names import (
+    POD_GROUP_ANNOTATION,
+    SIM_DURATION,
+    SIM_SUBMIT_AT,
+    SIM_TERMINATION_GRACE,
+)
 from kai_ray.values.resources import Resources
 from kai_ray.values.validation import object_ref, parse_model
 from kai_ray.workloads.expected_pods import pods_for_workload
@@ -125,6 +130,26 @@ def sim_times(raw: Mapping[str, Any], ref: ObjectRef) -> tuple[float, float | No
     return submit or 0.0, duration
 
 
+#: How long an evicted pod takes to go when its workload does not say: Kubernetes'
+#: default `terminationGracePeriodSeconds`.
+DEFAULT_TERMINATION_GRACE_S = 30.0
+
+
+def termination_grace(raw: Mapping[str, Any], ref: ObjectRef) -> float:
+    """The `sim.kai-ray.io/termination-grace` annotation in seconds (default 30 s):
+    an evicted pod of the workload holds its node this long before it is gone."""
+    annotations = (raw.get("metadata") or {}).get("annotations") or {}
+    try:
+        grace = _duration(annotations, SIM_TERMINATION_GRACE)
+    except InvalidFieldError as err:
+        raise InvalidObjectError([Problem(ref, err.field, err.message)]) from None
+    return DEFAULT_TERMINATION_GRACE_S if grace is None else grace
+
+
+def explicit_ref(group: PodGroup) -> ObjectRef:
+    return ObjectRef("PodGroup", group.metadata.name, group.metadata.namespace)
+
+
 def _duration(annotations: Mapping[str, Any], key: str) -> float | None:
     if key not in annotations:
         return None
@@ -166,6 +191,7 @@ def _read_document(doc: Document, sim: SimInput) -> None:
         sim.topologies.append(parse_model(Topology, doc.raw, doc.source))
     elif (api_version, kind) == (API_VERSION, "PodGroup"):
         group = parse_model(PodGroup, doc.raw, doc.source)
+        termination_grace(doc.raw, doc.ref)  # refused here, not halfway through the run
         sim.pod_groups.append((group, *sim_times(doc.raw, doc.ref)))
     elif (api_version, kind) == (CONFIG_API_VERSION, "SchedulerConfig"):
         sim.config = parse_model(SchedulerConfig, doc.raw, doc.source)
@@ -178,6 +204,7 @@ def _read_document(doc: Document, sim: SimInput) -> None:
         groups = tuple(derive_groups(doc.raw, doc.source))
         pods = tuple(_checked_pods(doc, group) for group in groups)
         times = sim_times(doc.raw, doc.ref)
+        termination_grace(doc.raw, doc.ref)
         sim.workloads.append(Workload(doc.raw, doc.ref, groups, pods, *times))
     else:
         known = "Node, NodePool, Queue, Topology, PodGroup, Pod, Job, RayCluster, RayJob, "

@@ -36,6 +36,8 @@ PLACEHOLDER_ANNOTATION = "kai-ray.io/placeholder"
 
 SIM_SUBMIT_AT = "sim.kai-ray.io/submit-at"
 SIM_DURATION = "sim.kai-ray.io/duration"
+#: How long an evicted pod of the workload takes to go (its termination grace period).
+SIM_TERMINATION_GRACE = "sim.kai-ray.io/termination-grace"
 
 
 def first_of(values: Mapping[str, str], key: str, aliases: tuple[str, ...] = ()) -> str | None:
