@@ -16,11 +16,15 @@ to every resource).
 
 A placement is scored by how much it raises S on its node, GPUs in devices and
 every other resource as a share of the cluster's, counted at `OTHER_WEIGHT` of
-a GPU share; the lowest score wins. A share is scored on each device it could
-take and goes to the best one. All weights are positive, so a placement that
-strands strictly more of every resource never scores better. Ties go to, in
-order: for pods without GPUs, the node with the fewest free GPUs (a node
-without GPUs first); the bin-packing score; the node listed first. Pure: no I/O.
+a GPU share (0: measured, CPU and memory count only through the GPUs they make
+unusable; docs/placement.md); the lowest score wins. A share is scored on each
+device it could take and goes to the best one. No weight is negative and the
+GPU one is positive, so a placement that strands strictly more of every
+resource never scores better. Ties go to, in order: for pods without GPUs, the
+node with the fewest free GPUs (a node without GPUs first); the bin-packing
+score; the node listed first. A node's score depends only on that node, the
+pod's shape and the mix, so scores are kept per transaction and worked out
+again only for nodes placed on since (`_Scores`, `_Known`). Pure: no I/O.
 """
 
 from __future__ import annotations
