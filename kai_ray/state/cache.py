@@ -2,12 +2,12 @@
 
 The operator's watches and the simulator's events feed the same `ClusterCache`
 through `upsert` and `delete`; the cycle reads only the `snapshot()` it builds.
-The cache knows exactly which objects changed, so a snapshot reads again only
-those: nodes after any node changed, a pod after that pod changed. Everything
-after reading (GPU devices, used and free, topology, queue and group trees) is
-`assemble_snapshot`, the code `build_snapshot` runs, handed one `SnapshotMemo`
-from build to build so that only what changed is worked out again; a test holds
-the two to the same snapshots.
+The cache records which keys changed (`Changes`), and `SnapshotKeeper`
+(`state/incremental.py`) patches the last snapshot with them: a cycle in which
+nothing changed gets the last snapshot itself, one in which a pod changed
+costs that pod, its node and its group. A node whose reading changed, a new
+resource column, or the placeholder pods of suspended workloads rebuild it from
+the readings the cache keeps; tests hold it to `build_snapshot` of `objects()`.
 
 Binds the binder made but the watch has not shown yet are held as *assumed*
 (`assume`): the pod is read as bound to that node until the watch brings the
@@ -27,10 +27,10 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from kai_ray.state.memo import SnapshotMemo
-from kai_ray.state.nodes import NodeReading, read_nodes
+from kai_ray.state.incremental import Changes, SnapshotKeeper
+from kai_ray.state.nodes import NodeFacts, NodeReading, read_node, read_nodes
 from kai_ray.state.pod_states import PodState, read_pod
-from kai_ray.state.snapshot import ClusterObjects, Snapshot, _cyclic_gc_paused, assemble_snapshot
+from kai_ray.state.snapshot import ClusterObjects, Snapshot, _cyclic_gc_paused
 from kai_ray.values.errors import InvalidObjectError, Problem
 from kai_ray.values.names import (
     GPU_DEVICES_ANNOTATION,
@@ -47,6 +47,8 @@ from kai_ray.workloads.pod_fields import pod_node, pod_requests
 Obj = Mapping[str, Any]
 #: Kinds the snapshot is built from; any other kind is kept as a workload.
 NODE, POD, POD_GROUP, QUEUE, TOPOLOGY = "Node", "Pod", "PodGroup", "Queue", "Topology"
+#: Placeholder pods are listed after every stored pod.
+PLACEHOLDERS_PLACE = 1 << 62
 
 
 def object_key(obj: Obj, kind: str | None = None) -> str:
@@ -84,7 +86,14 @@ class ClusterCache:
         self.workloads: dict[tuple[str, str], Obj] = {}
         self.usage: Mapping[str, Mapping[str, float]] = {}
         self._nodes: NodeReading | None = None
-        self._memo = SnapshotMemo()
+        #: Each node's reading, to tell a change the snapshot sees from one it does not.
+        self._node_facts: dict[str, tuple[NodeFacts, list[Problem]]] = {}
+        self._keeper = SnapshotKeeper(scheduler_name)
+        self._changes = Changes()
+        #: The place of each pod and PodGroup key in arrival order (kept by an update).
+        self._places: dict[str, dict[str, int]] = {POD: {}, POD_GROUP: {}}
+        self._arrivals = 0
+        self._placeholder_places: dict[str, tuple[int, Obj]] | None = None
         self._pods: dict[str, tuple[PodState | None, list[Problem]]] = {}
         #: Assumed binds expire on their own (a TTL cache on the clock passed in);
         #: `_assumed_keys` remembers them so that an expiry is noticed and re-read.
@@ -119,13 +128,14 @@ class ClusterCache:
             return
         if kind == POD:
             self._unindex(key)
-            self._pods.pop(key, None)
+            self._pod_changed(key)
             (self._leaving.add if _leaving(obj) else self._leaving.discard)(key)
             if key in self._assumed_keys and pod_node(obj) is not None:
                 self._assumed.pop(key, None)  # the watch caught up with the bind
                 self._assumed_keys.discard(key)
         elif kind == NODE:
-            self._nodes = None
+            self._node_changed(key, obj)
+        self._note(kind, key)
         self._objects[kind][key] = obj
         if kind == POD:
             self._index(key)
@@ -140,12 +150,49 @@ class ClusterCache:
             return
         if kind == POD:
             self._unindex(key)
-            self._pods.pop(key, None)
+            self._pod_changed(key)
             self._assumed.pop(key, None)
             self._assumed_keys.discard(key)
             self._leaving.discard(key)
-        if self._objects[kind].pop(key, None) is not None and kind == NODE:
+        if self._objects[kind].pop(key, None) is not None:
+            self._note(kind, key, gone=True)
+            if kind == NODE:
+                self._node_changed(key, None)
+
+    def _note(self, kind: str, key: str, gone: bool = False) -> None:
+        """Record what the next snapshot must read again; a new key takes the last place."""
+        places = self._places.get(kind)
+        if places is not None:
+            if gone:
+                places.pop(key, None)
+            elif key not in places:
+                self._arrivals += 1
+                places[key] = self._arrivals
+        if kind == POD_GROUP:
+            self._changes.groups.add(key)
+        elif kind == QUEUE:
+            self._changes.queues = True
+        elif kind == TOPOLOGY:
+            self._changes.topologies = True
+
+    def _pod_changed(self, key: str) -> None:
+        self._pods.pop(key, None)
+        self._changes.pods.add(key)
+
+    def _node_changed(self, key: str, obj: Obj | None) -> None:
+        """Nodes are read again only when what the snapshot takes from them changed
+        (a status heartbeat changes nothing it reads)."""
+        facts = read_node(obj) if obj is not None else None
+        if facts is None or self._node_facts.get(key) != facts:
             self._nodes = None
+        if facts is None:
+            self._node_facts.pop(key, None)
+        else:
+            self._node_facts[key] = facts
+
+    def _placeholders_changed(self) -> None:
+        self._placeholder_places = None
+        self._changes.everything = True
 
     def replace_all(self, kind: str, objects: Sequence[Obj]) -> None:
         """The whole list of one kind (a re-list after a watch expired)."""
@@ -167,6 +214,8 @@ class ClusterCache:
             self._placeholders[(kind, key)] = pods
             for pod in pods:
                 self._placeholder_owner[object_key(pod, POD)] = (kind, key)
+        if gone or pods:
+            self._placeholders_changed()
 
     def placeholder_owner(self, pod: str) -> tuple[str, str] | None:
         """The suspended workload (kind, key) a placeholder pod stands for, if it is one."""
@@ -190,6 +239,7 @@ class ClusterCache:
             held,
             self._clock() + self.reserve_ttl_s,
         )
+        self._placeholders_changed()
         self.upsert({**obj, "spec": {**(obj.get("spec") or {}), "suspend": False}}, kind)
 
     def _release_reservations(self) -> None:
@@ -209,6 +259,7 @@ class ClusterCache:
                 self._released.pop(owner, None)
                 for pod in held.reserving:
                     self._pods.pop(object_key(pod, POD), None)
+                self._placeholders_changed()
 
     def set_usage(self, usage: Mapping[str, Mapping[str, float]]) -> None:
         self.usage = usage
@@ -220,7 +271,7 @@ class ClusterCache:
         self._unindex(key)
         self._assumed[key] = Assumed(node, devices)
         self._assumed_keys.add(key)
-        self._pods.pop(key, None)
+        self._pod_changed(key)
         self._index(key)
 
     def forget_assumed(self, key: str) -> None:
@@ -229,7 +280,7 @@ class ClusterCache:
             self._unindex(key)
             self._assumed.pop(key, None)
             self._assumed_keys.discard(key)
-            self._pods.pop(key, None)
+            self._pod_changed(key)
             self._index(key)
 
     def _expire_assumed(self) -> None:
@@ -237,7 +288,7 @@ class ClusterCache:
         for key in [k for k in self._assumed_keys if k not in self._assumed]:
             self._on_node_drop(key)
             self._assumed_keys.discard(key)
-            self._pods.pop(key, None)
+            self._pod_changed(key)
             self._index(key)
 
     # ------------------------------------------------------------- reading
@@ -282,39 +333,70 @@ class ClusterCache:
         return [obj for obj in read if not _leaving(obj)]
 
     def snapshot(self) -> Snapshot:
-        """This cycle's snapshot, reading again only what changed since the last."""
+        """This cycle's snapshot: the last one patched with what changed since."""
         self._expire_assumed()
         self._release_reservations()
         with _cyclic_gc_paused():
-            objects = self.objects()
             if self._nodes is None:
-                self._nodes = read_nodes(objects.nodes)
-            states, problems = self._pod_states()
-            problems = [*self._nodes.problems, *problems]
-            return assemble_snapshot(
-                objects, self._nodes.nodes, states, problems, self.scheduler_name, self._memo
-            )
+                self._nodes = read_nodes(list(self._objects[NODE].values()))
+            snapshot = self._keeper.snapshot(self, self._nodes, self._changes)
+        self._changes.clear()
+        return snapshot
 
-    def _pod_states(self) -> tuple[list[PodState], list[Problem]]:
-        states: list[PodState] = []
-        problems: list[Problem] = []
-        readings = self._pods
-        placeholders = {
-            object_key(pod, POD): pod for group in self._placeholders.values() for pod in group
-        }
-        for held in self._reserved.values():
-            placeholders.update((object_key(pod, POD), pod) for pod in held.reserving)
-        for key in [*self._objects[POD], *placeholders]:
-            cached = readings.get(key)
-            if cached is None:
-                found: list[Problem] = []
-                obj = self.pod(key) or placeholders.get(key) or {}  # read once per change
-                state = None if _leaving(obj) else read_pod(obj, found)
-                cached = readings[key] = (state, found)
-            if cached[0] is not None:
-                states.append(cached[0])
-            problems.extend(cached[1])
-        return states, problems
+    # ------------------------------------- what the snapshot keeper reads
+
+    def pod_keys(self) -> list[str]:
+        return [*self._objects[POD], *self._placeholder_pods()]
+
+    def pod_reading(self, key: str) -> tuple[PodState | None, list[Problem]] | None:
+        """The pod as read (read once per change); None when there is no such pod."""
+        cached = self._pods.get(key)
+        if cached is None:
+            obj = self.pod(key)
+            if obj is None:
+                placeholder = self._placeholder_pods().get(key)
+                if placeholder is None:
+                    return None
+                obj = placeholder[1]
+            found: list[Problem] = []
+            state = None if _leaving(obj) else read_pod(obj, found)
+            cached = self._pods[key] = (state, found)
+        return cached
+
+    def pod_order(self, key: str) -> int:
+        place = self._places[POD].get(key)
+        return place if place is not None else self._placeholder_pods()[key][0]
+
+    def group_objects(self) -> Iterator[tuple[str, Obj]]:
+        yield from self._objects[POD_GROUP].items()
+
+    def group_object(self, key: str) -> Obj | None:
+        return self._objects[POD_GROUP].get(key)
+
+    def group_order(self, key: str) -> int:
+        return self._places[POD_GROUP][key]
+
+    def queue_objects(self) -> list[Obj]:
+        return list(self._objects[QUEUE].values())
+
+    def topology_objects(self) -> list[Obj]:
+        return list(self._objects[TOPOLOGY].values())
+
+    def current_usage(self) -> Mapping[str, Mapping[str, float]]:
+        return self.usage
+
+    def _placeholder_pods(self) -> dict[str, tuple[int, Obj]]:
+        """Placeholder and reserving pods by key, with their places after stored pods."""
+        if self._placeholder_places is None:
+            listed = [pod for group in self._placeholders.values() for pod in group]
+            listed += [pod for held in self._reserved.values() for pod in held.reserving]
+            places: dict[str, tuple[int, Obj]] = {}
+            for pod in listed:  # a key listed twice: the first place, the last pod
+                prior = places.get(object_key(pod, POD))
+                place = prior[0] if prior else PLACEHOLDERS_PLACE + len(places)
+                places[object_key(pod, POD)] = (place, pod)
+            self._placeholder_places = places
+        return self._placeholder_places
 
     # ------------------------------------------------------ live node room
 

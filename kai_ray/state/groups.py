@@ -136,17 +136,15 @@ def build_pod_groups(
     members: dict[str, list[PodState]] = {key: [] for key in groups.valid}
     unseen: set[str] = set()
     for pod in pods:
-        if node_names is not None and _on_unseen_node(pod, node_names):
+        if is_unseen(pod, node_names):
             unseen.add(pod.key)
-            groups.problems.append(_unseen_node_problem(pod))
-        if pod.pod_group is None:
-            continue
-        key = f"{pod.namespace}/{pod.pod_group}"
+        groups.problems.extend(member_problems(pod, node_names, groups.known))
+        key = group_of(pod)
         if key in members:
             members[key].append(pod)
-        elif key not in groups.known and not pod.terminal:
-            groups.problems.append(_orphan_problem(pod))
-    states = {key: _state(group, members[key], kept, unseen) for key, group in groups.valid.items()}
+    states = {
+        key: group_state(group, members[key], kept, unseen) for key, group in groups.valid.items()
+    }
     if kept is not None:
         kept.clear()
         kept.update(states)
@@ -158,26 +156,60 @@ def _validated_groups(
 ) -> _Groups:
     groups = _Groups()
     for obj in objects:
-        key = _key(obj)
+        key = group_key(obj)
         if key in groups.known:
-            ref = object_ref(obj, POD_GROUP)
-            groups.problems.append(Problem(ref, "metadata.name", "listed twice; kept the first"))
+            groups.problems.append(listed_twice(obj))
             continue
         groups.known.add(key)
-        try:
-            group = validate(key, obj)
-        except ValidationError as err:
-            groups.problems.extend(validation_problems(object_ref(obj, POD_GROUP), err))
-            continue
-        queue_problem = _queue_problem(group.spec.queue, queues)
-        if queue_problem:
-            groups.problems.append(Problem(object_ref(obj, POD_GROUP), "spec.queue", queue_problem))
-        else:
+        group, problems = validate_group(obj, queues, validate)
+        groups.problems.extend(problems)
+        if group is not None:
             groups.valid[key] = group
     return groups
 
 
-def _key(obj: Mapping[str, Any]) -> str:
+def validate_group(
+    obj: Mapping[str, Any], queues: QueueTree, validate: Validate = _validate
+) -> tuple[PodGroup | None, list[Problem]]:
+    """One PodGroup object: its model when it is valid and names a leaf queue of
+    `queues`, else None and why."""
+    try:
+        group = validate(group_key(obj), obj)
+    except ValidationError as err:
+        return None, validation_problems(object_ref(obj, POD_GROUP), err)
+    queue_problem = _queue_problem(group.spec.queue, queues)
+    if queue_problem:
+        return None, [Problem(object_ref(obj, POD_GROUP), "spec.queue", queue_problem)]
+    return group, []
+
+
+def listed_twice(obj: Mapping[str, Any]) -> Problem:
+    return Problem(object_ref(obj, POD_GROUP), "metadata.name", "listed twice; kept the first")
+
+
+def group_of(pod: PodState) -> str | None:
+    """The key of the group the pod names, if it names one."""
+    return None if pod.pod_group is None else f"{pod.namespace}/{pod.pod_group}"
+
+
+def is_unseen(pod: PodState, node_names: Collection[str] | None) -> bool:
+    """Live and bound to a node the snapshot does not know (None: all are known)."""
+    return node_names is not None and _on_unseen_node(pod, node_names)
+
+
+def member_problems(
+    pod: PodState, node_names: Collection[str] | None, known: Collection[str]
+) -> list[Problem]:
+    """What the groups' build reports about one pod: bound to a node not seen, or
+    naming a group that no object (valid or not) is keyed by."""
+    found = [_unseen_node_problem(pod)] if is_unseen(pod, node_names) else []
+    key = group_of(pod)
+    if key is not None and key not in known and not pod.terminal:
+        found.append(_orphan_problem(pod))
+    return found
+
+
+def group_key(obj: Mapping[str, Any]) -> str:
     """`namespace/name`, read as `object_ref` reads them (a bad object is still keyed)."""
     metadata = obj.get("metadata")
     if not isinstance(metadata, Mapping):
@@ -218,9 +250,14 @@ def _unseen_node_problem(pod: PodState) -> Problem:
     )
 
 
-def _state(
-    group: PodGroup, pods: list[PodState], kept: dict[str, PodGroupState] | None, unseen: set[str]
+def group_state(
+    group: PodGroup,
+    pods: list[PodState],
+    kept: Mapping[str, PodGroupState] | None,
+    unseen: Collection[str],
 ) -> PodGroupState:
+    """The group's state with `pods` (sorted here, oldest first; ties keep their
+    order); the state in `kept` is returned when nothing it holds changed."""
     pods.sort(key=lambda pod: (pod.creation_timestamp, pod.name))
     key = f"{group.metadata.namespace or 'default'}/{group.metadata.name}"
     before = kept.get(key) if kept is not None else None

@@ -339,6 +339,9 @@ def _topologies(
         tree = tree or fill_topology_tree(kept[1], free, available, kept[2])
         memo.layouts[ref.name] = (topology, kept[1], tree)
         trees[topology.metadata.name] = tree
+    # A tree not filled now is not kept: it would be stale when its Topology returns.
+    for name in [name for name in memo.layouts if name not in trees]:
+        del memo.layouts[name]
     memo.free, memo.available = free, available
     return MappingProxyType(trees)
 

@@ -1,0 +1,556 @@
+"""The snapshot kept from cycle to cycle: what changed is worked out again, the rest shared.
+
+`ClusterCache` knows every change it is fed (a pod or PodGroup upserted or
+deleted, a bind assumed or forgotten or expired, a Queue, Topology or Node
+changed, new usage) and hands the keys to `SnapshotKeeper.snapshot`, which
+patches the last snapshot instead of assembling a new one from every pod:
+
+- nothing changed: the last `Snapshot` itself (snapshots are immutable);
+- some pods changed: their readings, the accounts of the nodes they left or
+  joined (devices, used row), their entries in `pods` and `pending_pods`, and
+  the states of the groups they left or joined; every other entry is the same
+  object as before;
+- some PodGroups changed: validated again, their states rebuilt;
+- a Queue changed, or usage: the queue tree again, and every group validated
+  again when a queue came, went or gained or lost children;
+- a Node changed, or a new resource column, or the suspended workloads'
+  placeholder pods: everything from the cache's readings (`rebuild`).
+
+Every part is the function `assemble_snapshot` runs (`account_node`, `_used_row`,
+`validate_group`, `member_problems`, `group_state`, `build_queue_tree`,
+`_topologies`), applied to the changed keys only, with the order of every
+mapping and of the problems as a full build lists them (the cache says each
+key's place: `SnapshotSource.pod_order`, `group_order`). A property test holds
+the result to `build_snapshot` of the cache's objects after random events.
+Pure: no I/O; the previous snapshot is never changed in place.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Protocol
+
+import numpy as np
+
+from kai_ray.state.devices import NO_DEVICE, GpuDevices, account_node
+from kai_ray.state.groups import (
+    group_key,
+    group_of,
+    group_state,
+    is_unseen,
+    listed_twice,
+    member_problems,
+    validate_group,
+)
+from kai_ray.state.memo import SnapshotMemo
+from kai_ray.state.nodes import NodeReading
+from kai_ray.state.pod_states import PodState
+from kai_ray.state.queues import QueueTree, build_queue_tree
+from kai_ray.state.snapshot import (
+    Snapshot,
+    _counted,
+    _flags,
+    _matrix,
+    _read_only,
+    _topologies,
+    _used_row,
+    resource_columns,
+)
+from kai_ray.values.api import PodGroup
+from kai_ray.values.errors import Problem
+from kai_ray.values.resources import GPU
+
+Obj = Mapping[str, Any]
+
+
+class SnapshotSource(Protocol):
+    """What the keeper reads from the cache, by key."""
+
+    def pod_keys(self) -> Iterable[str]:
+        """Every pod key the snapshot reads, in their order."""
+
+    def pod_reading(self, key: str) -> tuple[PodState | None, list[Problem]] | None:
+        """The pod read (None when it is unreadable or leaving) with what reading it
+        found; None when there is no such pod."""
+
+    def pod_order(self, key: str) -> int:
+        """The pod's place: larger for a pod listed later."""
+
+    def group_objects(self) -> Iterable[tuple[str, Obj]]:
+        """Every PodGroup object by key, in their order."""
+
+    def group_object(self, key: str) -> Obj | None: ...
+
+    def group_order(self, key: str) -> int: ...
+
+    def queue_objects(self) -> Sequence[Obj]: ...
+
+    def topology_objects(self) -> Sequence[Obj]: ...
+
+    def current_usage(self) -> Mapping[str, Mapping[str, float]]: ...
+
+
+@dataclass
+class Changes:
+    """What changed since the last snapshot, as the cache recorded it."""
+
+    pods: set[str] = field(default_factory=set)
+    groups: set[str] = field(default_factory=set)
+    queues: bool = False
+    topologies: bool = False
+    #: Nodes, placeholder pods, or anything else only a rebuild follows.
+    everything: bool = True
+
+    def clear(self) -> None:
+        self.pods, self.groups = set(), set()
+        self.queues = self.topologies = self.everything = False
+
+
+class _Rebuild(Exception):
+    """A patch met a change only a rebuild follows (a new resource column)."""
+
+
+class _Ordered:
+    """A dict kept in the order of its keys' places, copied before a change once a
+    snapshot shares it (so a published snapshot never changes)."""
+
+    def __init__(self, place: Callable[[str], int]) -> None:
+        self.items: dict[str, Any] = {}
+        self._place = place
+        self._last = -1
+        self._shared = False
+        self._unordered = False
+
+    def set(self, key: str, value: Any) -> None:
+        self._own()
+        if key not in self.items:
+            place = self._place(key)
+            self._unordered = self._unordered or place < self._last
+            self._last = max(self._last, place)
+        self.items[key] = value
+
+    def pop(self, key: str) -> None:
+        if key in self.items:
+            self._own()
+            del self.items[key]
+
+    def published(self) -> MappingProxyType[str, Any]:
+        if self._unordered:
+            self.items = {k: self.items[k] for k in sorted(self.items, key=self._place)}
+            self._unordered = False
+        self._shared = True
+        return MappingProxyType(self.items)
+
+    def _own(self) -> None:
+        if self._shared:
+            self.items = dict(self.items)
+            self._shared = False
+
+
+class SnapshotKeeper:
+    """The last snapshot and the indexes that patch it; see the module docstring."""
+
+    def __init__(self, scheduler_name: str) -> None:
+        self.scheduler_name = scheduler_name
+        self.last: Snapshot | None = None
+        self._nodes: NodeReading | None = None
+
+    def snapshot(self, source: SnapshotSource, nodes: NodeReading, changes: Changes) -> Snapshot:
+        """The snapshot after `changes` (the source as it is now)."""
+        if self.last is None or changes.everything or nodes is not self._nodes:
+            return self.rebuild(source, nodes)
+        try:
+            return self._patch(source, changes)
+        except _Rebuild:
+            return self.rebuild(source, nodes)
+
+    def rebuild(self, source: SnapshotSource, nodes: NodeReading) -> Snapshot:
+        """Everything from the source's readings: the patch of an empty keeper."""
+        self._start(nodes)
+        keys = list(dict.fromkeys(source.pod_keys()))
+        for key in keys:
+            self._read(key, source.pod_reading(key), source.pod_order(key))
+        self.names = self._columns()
+        self._lay_out_nodes(nodes)
+        self._queue_tree(source, force=True)
+        groups = list(source.group_objects())
+        self._group_place.update((key, source.group_order(key)) for key, _ in groups)
+        self._validate_all(groups)
+        self._settle(keys)
+        self._fill_groups(list(self._group_place))
+        self.last = self._publish(source, trees=True)
+        return self.last
+
+    def _patch(self, source: SnapshotSource, changes: Changes) -> Snapshot:
+        assert self.last is not None
+        self._changed = False
+        for key in changes.pods:
+            found = source.pod_reading(key)
+            self._read(key, found, source.pod_order(key) if found is not None else None)
+        if self._columns() != self.names:
+            raise _Rebuild
+        self._settle(sorted(changes.pods, key=self._order))
+        self._patch_groups(source, changes.groups)
+        if self._queue_tree(source, force=changes.queues):
+            self._validate_all(list(source.group_objects()))
+        self._fill_groups(self._dirty_groups)
+        if not (self._changed or changes.topologies):
+            return self.last
+        self.last = self._publish(source, trees=changes.topologies)
+        return self.last
+
+    # ------------------------------------------------------------ the state
+
+    def _start(self, nodes: NodeReading) -> None:
+        self._nodes = nodes
+        self.memo = SnapshotMemo()
+        self.memo.use_nodes(nodes.nodes)
+        self.node_index = MappingProxyType({n.name: i for i, n in enumerate(nodes.nodes)})
+        self.offered: set[str] = set().union(
+            *(n.capacity for n in nodes.nodes), *(n.allocatable for n in nodes.nodes)
+        )
+        #: Resource name -> how many readable pods ask for it.
+        self.asked: Counter[str] = Counter()
+        #: Every pod key's place, the readings (devices not settled) and what
+        #: reading found; keys read again with a new place (deleted and made again).
+        self._place: dict[str, int] = {}
+        self.read: dict[str, PodState] = {}
+        self.read_problems: dict[str, list[Problem]] = {}
+        self._moved: set[str] = set()
+        #: The counted readings of each node index, and the nodes to account again.
+        self.on_node: dict[int, dict[str, PodState]] = {}
+        self._touched: set[int] = set()
+        self.device_problems: dict[int, tuple[Problem, ...]] = {}
+        #: The pods as the snapshot lists them, and what is derived from each.
+        self.pods = _Ordered(self._order)
+        self.unseen: set[str] = set()
+        self.pod_problems: dict[str, list[Problem]] = {}
+        self.naming: dict[str, dict[str, PodState]] = {}
+        self.pending_keys: list[tuple[str, str]] = []
+        self.pending: list[PodState] = []
+        #: PodGroups by key: valid models, problems, places, every key an object has.
+        self.valid: dict[str, PodGroup] = {}
+        self.group_problems: dict[str, list[Problem]] = {}
+        self._group_place: dict[str, int] = {}
+        self.known: set[str] = set()
+        self.states = _Ordered(self._group_order)
+        self._dirty_groups: set[str] = set()
+        self.queues: QueueTree | None = None
+        self.queue_problems: list[Problem] = []
+        self._shape: dict[str, tuple[str, ...]] = {}
+        self._usage: dict[str, dict[str, float]] | None = None
+        self.topology_problems: list[Problem] = []
+        self._accounted = self._changed = self._pending_changed = True
+
+    def _order(self, key: str) -> int:
+        return self._place.get(key, -1)
+
+    def _group_order(self, key: str) -> int:
+        return self._group_place.get(key, -1)
+
+    # ---------------------------------------------------------------- pods
+
+    def _read(
+        self, key: str, found: tuple[PodState | None, list[Problem]] | None, place: int | None
+    ) -> None:
+        """Take in one pod's new reading (None: the pod is gone)."""
+        old = self.read.pop(key, None)
+        if old is not None:
+            self.asked.subtract(old.requests)
+            self._count(old, None)
+        if self._place.get(key) != place:
+            self._moved.add(key)
+        self._place.pop(key, None)
+        self._changed = self.read_problems.pop(key, None) is not None or self._changed
+        if found is None or place is None:
+            return
+        self._place[key] = place
+        state, problems = found
+        if problems:
+            self.read_problems[key] = problems
+            self._changed = True
+        if state is not None:
+            self.read[key] = state
+            self.asked.update(state.requests)
+            self._count(state, state)
+
+    def _count(self, pod: PodState, into: PodState | None) -> None:
+        """Put the reading on its node (or take it off: `into` None)."""
+        if _counted(pod, self.node_index):
+            index = self.node_index[pod.node or ""]
+            held = self.on_node.setdefault(index, {})
+            if into is None:
+                held.pop(pod.key, None)
+            else:
+                held[pod.key] = into
+            self._touched.add(index)
+
+    def _columns(self) -> tuple[str, ...]:
+        asked = [name for name, count in self.asked.items() if count > 0]
+        return resource_columns([self.offered], [asked])
+
+    def _lay_out_nodes(self, reading: NodeReading) -> None:
+        nodes, names = reading.nodes, self.names
+        self.capacity = _matrix([n.capacity for n in nodes], names)
+        self.allocatable = _matrix([n.allocatable for n in nodes], names)
+        self.counts = np.floor(self.allocatable[:, names.index(GPU)]).astype(np.int64)
+        self.used = np.zeros((len(nodes), len(names)), dtype=np.float64)
+        width = max(int(self.counts.max(initial=0)), 1)
+        self.device_free = np.full((len(nodes), width), NO_DEVICE, dtype=np.float64)
+        self.device_free[np.arange(width) < self.counts[:, None]] = 1.0  # untouched devices
+        self.devices = [GpuDevices.untouched(int(count)) for count in self.counts]
+        self.ready = _flags(n.ready for n in nodes)
+        self.unschedulable = _flags(n.unschedulable for n in nodes)
+        self.labels = tuple(n.labels for n in nodes)
+        self.node_names = tuple(n.name for n in nodes)
+        self.taints = tuple(n.taints for n in nodes)
+        memory = np.array([n.gpu_memory_mib for n in nodes], dtype=np.float64)
+        self.gpu_memory_mib = _read_only(memory)
+
+    def _settle(self, keys: Sequence[str]) -> None:
+        """Account the touched nodes again, then list every pod whose settled state
+        may have changed: those read again, and those on the touched nodes."""
+        settled: dict[str, PodState] = {}
+        changed = dict.fromkeys(keys)
+        for index in sorted(self._touched):
+            settled.update((pod.key, pod) for pod in self._account(index))
+            changed.update(dict.fromkeys(self.on_node.get(index, ())))
+        self._accounted = self._accounted or bool(self._touched)
+        self._touched = set()
+        for key in changed:
+            self._list(key, settled.get(key) or self.read.get(key))
+        self._moved = set()
+
+    def _account(self, index: int) -> tuple[PodState, ...]:
+        """One node's devices and used row from its counted pods in their order."""
+        held = self.on_node.get(index) or {}
+        pods = sorted(held.values(), key=lambda pod: self._order(pod.key))
+        if not held:
+            self.on_node.pop(index, None)
+        gpu_pods = [pod for pod in pods if pod.uses_gpu]
+        count = int(self.counts[index])
+        assert self._nodes is not None
+        devices = account_node(count, self._nodes.nodes[index].gpu_memory_mib, gpu_pods)
+        settled = {pod.key: pod for pod in devices.pods}
+        self.used[index] = _used_row([settled.get(pod.key, pod) for pod in pods], self.names)
+        self.devices[index] = devices.devices
+        self.device_free[index, :count] = devices.devices.free
+        before = self.device_problems.pop(index, ())
+        if devices.problems:
+            self.device_problems[index] = devices.problems
+        self._changed = self._changed or before != devices.problems
+        return devices.pods
+
+    def _list(self, key: str, state: PodState | None) -> None:
+        """The pod as the snapshot lists it from now on (None: not listed)."""
+        before: PodState | None = self.pods.items.get(key)
+        moved = key in self._moved
+        if before == state and not moved:
+            return
+        self._changed = True
+        if before is not None:
+            self._unlist(before)
+            if state is None or moved:
+                self.pods.pop(key)
+        if state is not None:
+            self.pods.set(key, state)
+            self._enlist(state)
+
+    def _unlist(self, pod: PodState) -> None:
+        self.unseen.discard(pod.key)
+        self.pod_problems.pop(pod.key, None)
+        group = group_of(pod)
+        if group is not None:
+            members = self.naming[group]
+            del members[pod.key]
+            if not members:
+                del self.naming[group]
+            self._dirty_groups.add(group)
+        if self._is_pending(pod):
+            at = bisect.bisect_left(self.pending_keys, (pod.creation_timestamp, pod.key))
+            del self.pending_keys[at], self.pending[at]
+            self._pending_changed = True
+
+    def _enlist(self, pod: PodState) -> None:
+        if is_unseen(pod, self.node_index):
+            self.unseen.add(pod.key)
+        self._member_problems(pod)
+        group = group_of(pod)
+        if group is not None:
+            self.naming.setdefault(group, {})[pod.key] = pod
+            self._dirty_groups.add(group)
+        if self._is_pending(pod):
+            sort_key = (pod.creation_timestamp, pod.key)
+            at = bisect.bisect_left(self.pending_keys, sort_key)
+            self.pending_keys.insert(at, sort_key)
+            self.pending.insert(at, pod)
+            self._pending_changed = True
+
+    def _member_problems(self, pod: PodState) -> None:
+        found = member_problems(pod, self.node_index, self.known)
+        if found:
+            self.pod_problems[pod.key] = found
+        else:
+            self.pod_problems.pop(pod.key, None)
+
+    def _is_pending(self, pod: PodState) -> bool:
+        """Listed in `pending_pods`, as `snapshot._pending` picks them."""
+        return (
+            pod.scheduler == self.scheduler_name
+            and pod.node is None
+            and not pod.terminal
+            and not pod.held
+        )
+
+    # -------------------------------------------------------------- groups
+
+    def _validate_all(self, groups: list[tuple[str, Obj]]) -> None:
+        """Every PodGroup object validated (the memo answers for those seen before)."""
+        self._dirty_groups.update(self.valid, self.group_problems)
+        self.valid, self.group_problems, self.known = {}, {}, set()
+        for key, obj in groups:
+            if group_key(obj) in self.known:
+                self.group_problems[key] = [listed_twice(obj)]
+            else:
+                self._validate(key, obj)
+        self.memo.pod_groups.keep_only(set(self._group_place))
+        self._changed = True
+
+    def _validate(self, key: str, obj: Obj) -> None:
+        assert self.queues is not None
+        self.known.add(group_key(obj))
+        group, problems = validate_group(
+            obj, self.queues, lambda k, o: self.memo.pod_groups.get(k, o, PodGroup.model_validate)
+        )
+        if problems:
+            self.group_problems[key] = problems
+        if group is not None:
+            self.valid[key] = group
+        self._dirty_groups.add(key)
+
+    def _patch_groups(self, source: SnapshotSource, keys: Collection[str]) -> None:
+        """The PodGroup objects upserted or deleted since the last snapshot."""
+        for key in keys:
+            obj = source.group_object(key)
+            if len(self.known) != len(self._group_place) or (obj and group_key(obj) != key):
+                raise _Rebuild  # listed twice, or keyed apart from its key: a full build orders it
+            was_known = key in self.known
+            self.valid.pop(key, None)
+            self.group_problems.pop(key, None)
+            self.known.discard(key)
+            place = source.group_order(key) if obj is not None else None
+            if place != self._group_place.pop(key, None):
+                self.states.pop(key)  # made again: listed at its new place
+            if obj is not None and place is not None:
+                self._group_place[key] = place
+                self._validate(key, obj)
+            else:
+                self.memo.pod_groups.entries.pop(key, None)
+            self._dirty_groups.add(key)
+            self._changed = True
+            if was_known != (key in self.known):
+                for pod in self.naming.get(key, {}).values():
+                    self._member_problems(pod)
+
+    def _fill_groups(self, keys: Iterable[str]) -> None:
+        """The states of the groups in `keys` from their members as listed now."""
+        for key in keys:
+            group = self.valid.get(key)
+            if group is None:
+                if key in self.states.items:
+                    self.states.pop(key)
+                    self._changed = True
+                continue
+            members = sorted(self.naming.get(key, {}).values(), key=lambda p: self._order(p.key))
+            state = group_state(group, members, self.states.items, self.unseen)
+            if self.states.items.get(key) is not state:
+                self.states.set(key, state)
+                self._changed = True
+        self._dirty_groups = set()
+
+    # -------------------------------------------------------- queues, trees
+
+    def _queue_tree(self, source: SnapshotSource, force: bool) -> bool:
+        """The queue tree again when Queues or usage changed; True when the groups
+        must be validated again (a queue came or went, or its children changed)."""
+        usage = source.current_usage()
+        if not force and usage == self._usage:
+            return False
+        self._usage = {name: dict(amounts) for name, amounts in usage.items()}
+        self.queues, self.queue_problems = build_queue_tree(source.queue_objects(), usage)
+        self._changed = True
+        shape = {name: node.children for name, node in self.queues.nodes.items()}
+        reshaped, self._shape = shape != self._shape, shape
+        return reshaped
+
+    # ----------------------------------------------------------- publishing
+
+    def _publish(self, source: SnapshotSource, trees: bool) -> Snapshot:
+        """The snapshot of the kept state; what did not change is the last one's."""
+        last, queues = self.last, self.queues
+        assert queues is not None
+        if self._accounted or last is None or last.node_index is not self.node_index:
+            used = _read_only(self.used.copy())
+            free = _read_only(self.allocatable - used)
+            gpu_free = _read_only(self.device_free.copy())
+            devices = tuple(self.devices)
+            trees = True
+        else:
+            used, free, gpu_free, devices = last.used, last.free, last.gpu_free, last.gpu_devices
+        topologies = last.topologies if last is not None else MappingProxyType({})
+        if trees:
+            self.topology_problems = []
+            available = self.ready & ~self.unschedulable
+            objects = source.topology_objects()
+            topologies = _topologies(
+                self.memo, objects, self.labels, free, available, self.topology_problems
+            )
+        self._accounted = False
+        return Snapshot(
+            resource_names=self.names,
+            node_names=self.node_names,
+            node_index=self.node_index,
+            capacity=self.capacity,
+            allocatable=self.allocatable,
+            used=used,
+            free=free,
+            ready=self.ready,
+            unschedulable=self.unschedulable,
+            labels=self.labels,
+            taints=self.taints,
+            gpu_devices=devices,
+            gpu_free=gpu_free,
+            gpu_memory_mib=self.gpu_memory_mib,
+            topologies=topologies,
+            queues=queues,
+            pod_groups=self.states.published(),
+            pods=self.pods.published(),
+            pending_pods=self._pending_pods(),
+            problems=self._problems(),
+        )
+
+    def _pending_pods(self) -> tuple[PodState, ...]:
+        if self._pending_changed or self.last is None:
+            self._pending_changed = False
+            return tuple(self.pending)
+        return self.last.pending_pods
+
+    def _problems(self) -> tuple[Problem, ...]:
+        """Every problem in the order a full build lists them."""
+        assert self._nodes is not None
+        pods = sorted(self.read_problems, key=self._order)
+        members = sorted(self.pod_problems, key=self._order)
+        groups = sorted(self.group_problems, key=self._group_order)
+        return (
+            *self._nodes.problems,
+            *(p for key in pods for p in self.read_problems[key]),
+            *(p for index in sorted(self.device_problems) for p in self.device_problems[index]),
+            *self.topology_problems,
+            *self.queue_problems,
+            *(p for key in groups for p in self.group_problems[key]),
+            *(p for key in members for p in self.pod_problems[key]),
+        )
