@@ -38,6 +38,7 @@ import numpy as np
 
 from kai_ray.state.devices import NO_DEVICE, GpuDevices, account_node
 from kai_ray.state.groups import (
+    PodGroupState,
     group_key,
     group_of,
     group_state,
@@ -238,6 +239,8 @@ class SnapshotKeeper:
         self._group_place: dict[str, int] = {}
         self.known: set[str] = set()
         self.states = _Ordered(self._group_order)
+        self.waiting = _Ordered(self._group_order)
+        self._waiting_changed = True
         self._dirty_groups: set[str] = set()
         self.queues: QueueTree | None = None
         self.queue_problems: list[Problem] = []
@@ -444,7 +447,7 @@ class SnapshotKeeper:
             self.known.discard(key)
             place = source.group_order(key) if obj is not None else None
             if place != self._group_place.pop(key, None):
-                self.states.pop(key)  # made again: listed at its new place
+                self._drop_state(key)  # made again: listed at its new place
             if obj is not None and place is not None:
                 self._group_place[key] = place
                 self._validate(key, obj)
@@ -461,16 +464,28 @@ class SnapshotKeeper:
         for key in keys:
             group = self.valid.get(key)
             if group is None:
-                if key in self.states.items:
-                    self.states.pop(key)
-                    self._changed = True
+                self._drop_state(key)
                 continue
             members = sorted(self.naming.get(key, {}).values(), key=lambda p: self._order(p.key))
             state = group_state(group, members, self.states.items, self.unseen)
             if self.states.items.get(key) is not state:
                 self.states.set(key, state)
                 self._changed = True
+                if state.waiting:
+                    self.waiting.set(key, state)
+                    self._waiting_changed = True
+                elif key in self.waiting.items:
+                    self.waiting.pop(key)
+                    self._waiting_changed = True
         self._dirty_groups = set()
+
+    def _drop_state(self, key: str) -> None:
+        if key in self.states.items:
+            self.states.pop(key)
+            self._changed = True
+        if key in self.waiting.items:
+            self.waiting.pop(key)
+            self._waiting_changed = True
 
     # -------------------------------------------------------- queues, trees
 
@@ -531,7 +546,14 @@ class SnapshotKeeper:
             pods=self.pods.published(),
             pending_pods=self._pending_pods(),
             problems=self._problems(),
+            waiting_groups=self._waiting_groups(),
         )
+
+    def _waiting_groups(self) -> tuple[PodGroupState, ...]:
+        if self._waiting_changed or self.last is None:
+            self._waiting_changed = False
+            return tuple(self.waiting.published().values())
+        return self.last.waiting_groups
 
     def _pending_pods(self) -> tuple[PodState, ...]:
         if self._pending_changed or self.last is None:

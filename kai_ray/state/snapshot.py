@@ -86,6 +86,11 @@ class Snapshot:
     #: This scheduler's pods still to place, oldest first.
     pending_pods: tuple[PodState, ...]
     problems: tuple[Problem, ...]
+    #: The groups of `pod_groups` that are `waiting` (short of their minimum, with
+    #: pending pods that can add to it), in `pod_groups` order. Derived from
+    #: `pod_groups`: a copy that replaces those must replace these too. The cache
+    #: keeps it from cycle to cycle, so reading it costs what it holds, not every group.
+    waiting_groups: tuple[PodGroupState, ...]
 
     def column(self, name: str) -> int:
         """The matrix column of a resource (`gpu` accepted for `nvidia.com/gpu`)."""
@@ -204,6 +209,7 @@ def assemble_snapshot(
         pods=MappingProxyType({pod.key: pod for pod in pods}),
         pending_pods=_pending(pods, scheduler_name),
         problems=tuple([*problems, *queue_problems, *group_problems]),
+        waiting_groups=tuple(group for group in pod_groups.values() if group.waiting),
     )
 
 

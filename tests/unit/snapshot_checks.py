@@ -37,6 +37,10 @@ def assert_same_snapshot(kept: Snapshot, fresh: Snapshot) -> None:
             other.succeeded,
             other.pod_priority,
         ), key
+    assert kept.waiting_groups == fresh.waiting_groups
+    assert [group.key for group in kept.waiting_groups] == [
+        group.key for group in fresh.waiting_groups
+    ]
     assert kept.queues == fresh.queues
     assert list(kept.problems) == list(fresh.problems)
     assert list(kept.topologies) == list(fresh.topologies)
