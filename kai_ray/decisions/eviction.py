@@ -49,6 +49,7 @@ from kai_ray.decisions.victims import (
     Budget,
     Need,
     PodVector,
+    Vector,
     VictimUnit,
     select_victims,
     unit_order,
@@ -56,7 +57,7 @@ from kai_ray.decisions.victims import (
 )
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
-from kai_ray.values.resources import GPU
+from kai_ray.values.resources import EPSILON, GPU
 
 #: Selections tried before giving up on a job: the need, then with this much more room each.
 SLACK = (0.0, 1.0, 3.0)
@@ -149,7 +150,8 @@ def _give_back(
     kept, holds = list(victims), True
     if len(kept) < 2:
         return kept
-    for unit in sorted(victims, key=unit_order, reverse=True):
+    spare = [u for u in victims if _room_left_for(ctx.transaction, u)]
+    for unit in sorted(spare, key=unit_order, reverse=True):
         if unit.extra and any(not u.extra and u.group.key == unit.group.key for u in kept):
             continue  # an extra goes with its core: no gang is left broken
         trial = [u for u in kept if u is not unit]
@@ -162,6 +164,17 @@ def _give_back(
     if not holds and not _try_fit(ctx, group, kept):
         raise RuntimeError(f"{group.key}: a fit that held failed again on the same state")
     return kept
+
+
+def _room_left_for(tx: Transaction, unit: VictimUnit) -> bool:
+    """Whether, with the job placed, each node the unit holds still has free what the
+    unit holds there: a victim the placement used up cannot be given back, so only
+    the others are tried (each try places the whole job again)."""
+    index, held = tx.snapshot.node_index, dict[int, Vector]()
+    for pod in unit.pods:
+        node = index[pod.node or ""]
+        held[node] = held.get(node, 0.0) + held_vector(tx.snapshot, pod)
+    return all(bool(np.all(tx.free[node] >= amount - EPSILON)) for node, amount in held.items())
 
 
 def _try_fit(ctx: CycleContext, group: PodGroupState, victims: Sequence[VictimUnit]) -> bool:

@@ -25,6 +25,7 @@ it does not hold. Pure: no I/O.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -61,16 +62,18 @@ class VictimUnit:
     #: name: the tie-break among equals (`newest_first`).
     created: str = field(init=False, repr=False, compare=False)
     name: str = field(init=False, repr=False, compare=False)
+    #: `newest_first(created, name)`, worked out once.
+    among_equals: tuple[tuple[int, ...], str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "requests", total_requests(self.pods))
         object.__setattr__(self, "gpus", sum(p.requests[GPU] + p.gpu_fraction for p in self.pods))
         first = self.pods[0]
         created = first.creation_timestamp if self.extra else self.group.creation_timestamp
+        name = f"{self.group.key}/{first.name}" if self.extra else self.group.key
         object.__setattr__(self, "created", created)
-        object.__setattr__(
-            self, "name", f"{self.group.key}/{first.name}" if self.extra else self.group.key
-        )
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "among_equals", newest_first(created, name))
 
     @property
     def queue(self) -> str:
@@ -126,7 +129,7 @@ def victim_units(group: PodGroupState, priority: int, started: str) -> list[Vict
 
 def unit_order(unit: VictimUnit) -> tuple[object, ...]:
     """Extras first; then fewest GPUs, lowest priority, then newest first."""
-    return (not unit.extra, unit.gpus, unit.priority, *newest_first(unit.created, unit.name))
+    return (not unit.extra, unit.gpus, unit.priority, *unit.among_equals)
 
 
 def newest_first(created: str, name: str) -> tuple[tuple[int, ...], str]:
@@ -230,34 +233,34 @@ def _node_option(
     best = min(int(fits.max()), fits_now + missing)
     if best <= fits_now:
         return None
-    cores = weights @ np.array([0.0 if u.extra else 1.0 for u in units])
-    counts = weights.sum(axis=1)
-    gpus = np.round(weights @ released[:, need.gpu_column], 6)
-    # Fewest gangs, units and GPUs among the sets that fit, by vector; the rest in Python.
-    rows = np.flatnonzero(fits >= best)
-    order = rows[np.lexsort((gpus[rows], counts[rows], cores[rows]))]
-    first = order[0]
-    tied = [
-        r
-        for r in order
-        if (cores[r], counts[r], gpus[r]) == (cores[first], counts[first], gpus[first])
-    ]
-    row = min(tied, key=lambda r: _tie_break(units, sets[r]))
-    chosen = [u for u, taken in zip(units, sets[row], strict=True) if taken]
+    rows = sets[fits >= best]
+    chosen_rows = rows.astype(np.float64)
+    cores = chosen_rows @ np.array([0.0 if u.extra else 1.0 for u in units])
+    counts = chosen_rows.sum(axis=1)
+    gpus = np.round(chosen_rows @ released[:, need.gpu_column], 6)
+    priority = np.where(rows, np.array([u.priority for u in units]), np.iinfo(np.int64).min)
+    # The oldest victim of each set, by rank among equals (0: the newest): smaller first.
+    by_age = sorted(range(len(units)), key=lambda i: units[i].among_equals)
+    rank = np.empty(len(units), dtype=np.int64)
+    rank[by_age] = np.arange(len(units))
+    oldest = np.where(rows, rank, -1).max(axis=1)
+    row = int(np.lexsort((oldest, priority.max(axis=1), gpus, counts, cores))[0])
+    chosen = [u for u, taken in zip(units, rows[row], strict=True) if taken]
     gain = best - fits_now
     per_pod = (float(cores[row]) / gain, float(counts[row]) / gain, float(gpus[row]) / gain)
-    return _NodeOption(node, chosen, gain, (*per_pod, *_tie_break(units, sets[row]), node))
+    last = units[int(np.flatnonzero(rank == oldest[row])[0])]
+    key = (*per_pod, int(priority[row].max()), *last.among_equals, node)
+    return _NodeOption(node, chosen, gain, key)
 
 
 def _candidate_sets(units: Sequence[VictimUnit]) -> npt.NDArray[np.bool_]:
     """Row per candidate set of units (a core always with its group's extras here):
     every non-empty subset when there are few units, else every prefix."""
     n = len(units)
-    if n <= SUBSET_UNITS:
-        codes = np.arange(1, 1 << n, dtype=np.int64)
-        sets = (codes[:, None] >> np.arange(n)) & 1 == 1
-    else:
-        sets = np.tri(n, dtype=bool)
+    sets = _subsets(n) if n <= SUBSET_UNITS else np.tri(n, dtype=bool)
+    cores = {u.group.key for u in units if not u.extra}
+    if not any(u.extra and u.group.key in cores for u in units):
+        return sets  # no core here has extras here: every set is closed already
     goes_with = np.eye(n, dtype=bool)
     for i, unit in enumerate(units):
         if not unit.extra:
@@ -266,12 +269,13 @@ def _candidate_sets(units: Sequence[VictimUnit]) -> npt.NDArray[np.bool_]:
     return closed
 
 
-def _tie_break(units: Sequence[VictimUnit], taken: npt.NDArray[np.bool_]) -> tuple[object, ...]:
-    """Between sets as disruptive in gangs, units and GPUs: the lowest priority, then
-    the newest victims (the set whose oldest member is the newest), then names."""
-    chosen = [u for u, t in zip(units, taken, strict=True) if t]
-    oldest = min(chosen, key=lambda u: (u.created, u.name))
-    return (max(u.priority for u in chosen), *newest_first(oldest.created, oldest.name))
+@functools.cache
+def _subsets(n: int) -> npt.NDArray[np.bool_]:
+    """Every non-empty subset of n units, a row each (read only: shared)."""
+    codes = np.arange(1, 1 << n, dtype=np.int64)
+    sets: npt.NDArray[np.bool_] = (codes[:, None] >> np.arange(n)) & 1 == 1
+    sets.setflags(write=False)
+    return sets
 
 
 def _take_options(
