@@ -124,6 +124,7 @@ def test_kubectl_get_shows_the_printer_columns(crds: ControlPlane, namespace: st
         "GPU ALLOCATED",
         "GPU FAIR SHARE",
         "PENDING",
+        "QUOTA OVER-COMMITTED",
         "AGE",
     ):
         assert column in queues
