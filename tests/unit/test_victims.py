@@ -120,3 +120,37 @@ def test_a_budget_that_refuses_leaves_the_job_waiting() -> None:
         ("d", 1, 8, ["n3"], 0),
     )
     assert _select(found, _need(1), _Refuse()) is None
+
+
+def _on_n0(gpus: float) -> Need:
+    allowed = np.array([True, False, False, False])
+    return Need(np.array([0.0, 0.0, gpus, 0.0]), 1, allowed, GPU_COLUMN)
+
+
+@pytest.mark.parametrize(
+    ("specs", "gpus", "chosen"),
+    [
+        pytest.param(
+            [("big", 1, 4, ["n0"], 0), ("s1", 1, 2, ["n0"], 1), ("s2", 1, 2, ["n0"], 2)],
+            4.0,
+            ["gang default/big"],
+            id="one gang rather than two smaller ones",
+        ),
+        pytest.param(
+            [("a", 1, 4, ["n0"], 0), ("b", 1, 2, ["n0"], 1), ("c", 1, 2, ["n0"], 2)],
+            2.0,
+            ["gang default/c"],
+            id="then the fewest GPUs, then the newest",
+        ),
+        pytest.param(
+            [("e", 1, 2, ["n0", "n0", "n0"], 0), ("g", 1, 2, ["n0"], 1)],
+            4.0,
+            ["extra pod default/e-1 of default/e", "extra pod default/e-2 of default/e"],
+            id="two elastic extras before any whole gang",
+        ),
+    ],
+)
+def test_the_least_disruptive_set_on_a_node(
+    specs: list[tuple[str, int, int, list[str], int]], gpus: float, chosen: list[str]
+) -> None:
+    assert _select(groups(*specs), _on_n0(gpus)) == chosen
