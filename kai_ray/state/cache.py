@@ -27,7 +27,8 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from kai_ray.state.incremental import Changes, SnapshotKeeper
+from kai_ray.state.incremental import SnapshotKeeper
+from kai_ray.state.keeping import Changes
 from kai_ray.state.nodes import NodeFacts, NodeReading, read_node, read_nodes
 from kai_ray.state.pod_states import PodState, read_pod
 from kai_ray.state.snapshot import ClusterObjects, Snapshot, _cyclic_gc_paused

@@ -29,10 +29,8 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Sequence
 from types import MappingProxyType
-from typing import Any, Protocol
 
 import numpy as np
 
@@ -47,6 +45,7 @@ from kai_ray.state.groups import (
     member_problems,
     validate_group,
 )
+from kai_ray.state.keeping import Changes, Obj, Ordered, Rebuild, SnapshotSource
 from kai_ray.state.memo import SnapshotMemo
 from kai_ray.state.nodes import NodeReading
 from kai_ray.state.pod_states import PodState
@@ -65,92 +64,6 @@ from kai_ray.values.api import PodGroup
 from kai_ray.values.errors import Problem
 from kai_ray.values.resources import GPU
 
-Obj = Mapping[str, Any]
-
-
-class SnapshotSource(Protocol):
-    """What the keeper reads from the cache, by key."""
-
-    def pod_keys(self) -> Iterable[str]:
-        """Every pod key the snapshot reads, in their order."""
-
-    def pod_reading(self, key: str) -> tuple[PodState | None, list[Problem]] | None:
-        """The pod read (None when it is unreadable or leaving) with what reading it
-        found; None when there is no such pod."""
-
-    def pod_order(self, key: str) -> int:
-        """The pod's place: larger for a pod listed later."""
-
-    def group_objects(self) -> Iterable[tuple[str, Obj]]:
-        """Every PodGroup object by key, in their order."""
-
-    def group_object(self, key: str) -> Obj | None: ...
-
-    def group_order(self, key: str) -> int: ...
-
-    def queue_objects(self) -> Sequence[Obj]: ...
-
-    def topology_objects(self) -> Sequence[Obj]: ...
-
-    def current_usage(self) -> Mapping[str, Mapping[str, float]]: ...
-
-
-@dataclass
-class Changes:
-    """What changed since the last snapshot, as the cache recorded it."""
-
-    pods: set[str] = field(default_factory=set)
-    groups: set[str] = field(default_factory=set)
-    queues: bool = False
-    topologies: bool = False
-    #: Nodes, placeholder pods, or anything else only a rebuild follows.
-    everything: bool = True
-
-    def clear(self) -> None:
-        self.pods, self.groups = set(), set()
-        self.queues = self.topologies = self.everything = False
-
-
-class _Rebuild(Exception):
-    """A patch met a change only a rebuild follows (a new resource column)."""
-
-
-class _Ordered:
-    """A dict kept in the order of its keys' places, copied before a change once a
-    snapshot shares it (so a published snapshot never changes)."""
-
-    def __init__(self, place: Callable[[str], int]) -> None:
-        self.items: dict[str, Any] = {}
-        self._place = place
-        self._last = -1
-        self._shared = False
-        self._unordered = False
-
-    def set(self, key: str, value: Any) -> None:
-        self._own()
-        if key not in self.items:
-            place = self._place(key)
-            self._unordered = self._unordered or place < self._last
-            self._last = max(self._last, place)
-        self.items[key] = value
-
-    def pop(self, key: str) -> None:
-        if key in self.items:
-            self._own()
-            del self.items[key]
-
-    def published(self) -> MappingProxyType[str, Any]:
-        if self._unordered:
-            self.items = {k: self.items[k] for k in sorted(self.items, key=self._place)}
-            self._unordered = False
-        self._shared = True
-        return MappingProxyType(self.items)
-
-    def _own(self) -> None:
-        if self._shared:
-            self.items = dict(self.items)
-            self._shared = False
-
 
 class SnapshotKeeper:
     """The last snapshot and the indexes that patch it; see the module docstring."""
@@ -166,7 +79,7 @@ class SnapshotKeeper:
             return self.rebuild(source, nodes)
         try:
             return self._patch(source, changes)
-        except _Rebuild:
+        except Rebuild:
             return self.rebuild(source, nodes)
 
     def rebuild(self, source: SnapshotSource, nodes: NodeReading) -> Snapshot:
@@ -193,7 +106,7 @@ class SnapshotKeeper:
             found = source.pod_reading(key)
             self._read(key, found, source.pod_order(key) if found is not None else None)
         if self._columns() != self.names:
-            raise _Rebuild
+            raise Rebuild
         self._settle(sorted(changes.pods, key=self._order))
         self._patch_groups(source, changes.groups)
         if self._queue_tree(source, force=changes.queues):
@@ -227,7 +140,7 @@ class SnapshotKeeper:
         self._touched: set[int] = set()
         self.device_problems: dict[int, tuple[Problem, ...]] = {}
         #: The pods as the snapshot lists them, and what is derived from each.
-        self.pods = _Ordered(self._order)
+        self.pods = Ordered(self._order)
         self.unseen: set[str] = set()
         self.pod_problems: dict[str, list[Problem]] = {}
         self.naming: dict[str, dict[str, PodState]] = {}
@@ -238,8 +151,8 @@ class SnapshotKeeper:
         self.group_problems: dict[str, list[Problem]] = {}
         self._group_place: dict[str, int] = {}
         self.known: set[str] = set()
-        self.states = _Ordered(self._group_order)
-        self.waiting = _Ordered(self._group_order)
+        self.states = Ordered(self._group_order)
+        self.waiting = Ordered(self._group_order)
         self._waiting_changed = True
         self._dirty_groups: set[str] = set()
         self.queues: QueueTree | None = None
@@ -440,7 +353,7 @@ class SnapshotKeeper:
         for key in keys:
             obj = source.group_object(key)
             if len(self.known) != len(self._group_place) or (obj and group_key(obj) != key):
-                raise _Rebuild  # listed twice, or keyed apart from its key: a full build orders it
+                raise Rebuild  # listed twice, or keyed apart from its key: a full build orders it
             was_known = key in self.known
             self.valid.pop(key, None)
             self.group_problems.pop(key, None)
