@@ -97,6 +97,8 @@ def evict_to_fit(
         chosen = select_victims(tx.free, wanted, units, _vector(tx), _node_of(tx), new_budget())
         if chosen is None:
             break
+        if not chosen and admits(chosen) and _try_fit(ctx, group, chosen):
+            return chosen  # it fits as things are: nobody is evicted
         victims = whole_gangs(chosen, units)
         kept = chosen and new_budget().take(victims) and _fit_and_trim(ctx, group, victims, admits)
         if kept:

@@ -63,7 +63,7 @@ class VictimUnit:
     created: str = field(init=False, repr=False, compare=False)
     name: str = field(init=False, repr=False, compare=False)
     #: `newest_first(created, name)`, worked out once.
-    among_equals: tuple[tuple[int, ...], str] = field(init=False, repr=False, compare=False)
+    among_equals: tuple[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "requests", total_requests(self.pods))
@@ -132,15 +132,21 @@ def unit_order(unit: VictimUnit) -> tuple[object, ...]:
     return (not unit.extra, unit.gpus, unit.priority, *unit.among_equals)
 
 
-def newest_first(created: str, name: str) -> tuple[tuple[int, ...], str]:
+def newest_first(created: str, name: str) -> tuple[str, str]:
     """The tie-break among equally good victims (KAI's): the most recently created
     first (RFC 3339 times sort as text), then by name."""
     return _descending(created), name
 
 
-def _descending(text: str) -> tuple[int, ...]:
-    # A longer text is later among equal prefixes: the end marker sorts before it.
-    return (*(-ord(c) for c in text), 1)
+#: Each code point c to 0x10FFFF - c: the text then sorts in the reverse order.
+_INVERTED = {c: 0x10FFFF - c for c in range(1, 0x250)}
+#: After the last character: above every inverted one, so the longer text goes first.
+_END = chr(0x10FFFF)
+
+
+def _descending(text: str) -> str:
+    """A key that sorts `text` backwards (later RFC 3339 times first)."""
+    return text.translate(_INVERTED) + _END
 
 
 def pods_fitting(free: Matrix, vector: Vector) -> npt.NDArray[np.int64]:
