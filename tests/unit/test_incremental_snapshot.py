@@ -3,7 +3,8 @@
 `ClusterCache.snapshot()` patches the last snapshot with what changed
 (`state/incremental.py`). Hypothesis draws sequences of the events the cache is
 fed (pods, PodGroups, nodes, Queues and a Topology upserted and deleted, binds
-assumed, forgotten and expired, usage set, nothing at all) and after every
+assumed, forgotten and expired, usage set, suspended Jobs standing as their
+placeholder pods, nothing at all) and after every
 step the kept snapshot must equal `build_snapshot(cache.objects())` in every
 field, orders included; the snapshot handed out before must not have changed;
 and a step that changed nothing must hand out the same snapshot object.
@@ -20,7 +21,14 @@ from hypothesis import strategies as st
 
 from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, TOPOLOGY, ClusterCache
 from kai_ray.state.snapshot import Snapshot, build_snapshot
-from tests.builders import make_node, make_pod, make_pod_group, make_queue, make_topology
+from tests.builders import (
+    make_job,
+    make_node,
+    make_pod,
+    make_pod_group,
+    make_queue,
+    make_topology,
+)
 from tests.unit.snapshot_checks import assert_same_snapshot
 
 SCHEDULER = "kai-ray"
@@ -92,6 +100,8 @@ events = st.one_of(
     st.tuples(st.just("team-b"), st.sampled_from(["root", "team-a", None])),
     st.tuples(st.just("usage"), st.sampled_from([0.0, 0.5])),
     st.tuples(st.just("topology"), st.booleans()),
+    st.tuples(st.just("job"), st.integers(0, 1), st.booleans(), st.integers(1, 3)),
+    st.tuples(st.just("delete job"), st.integers(0, 1)),
     st.tuples(st.just("nothing")),
 )
 
@@ -139,6 +149,11 @@ def apply(cache: ClusterCache, clock: Clock, event: tuple[Any, ...]) -> None:
         cache.upsert(group.min_member(shape["min_member"]).build(), POD_GROUP)
     elif kind == "node":
         cache.upsert(node(args[0], args[1]), NODE)
+    elif kind == "job":  # a suspended Job of ours stands as its placeholder pods
+        job = make_job(f"j{args[0]}", "ns").queue("team-a").gpus(1).scheduler(SCHEDULER)
+        cache.upsert(job.parallelism(args[2]).set("spec.suspend", args[1]).build())
+    elif kind == "delete job":
+        cache.delete("Job", f"ns/j{args[0]}")
     elif kind.startswith("delete"):
         what = {"delete pod": (POD, "ns/p"), "delete group": (POD_GROUP, "ns/g")}
         cache_kind, prefix = what.get(kind, (NODE, "n"))
