@@ -390,31 +390,55 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="node counts scaled by this")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="results.json and the plot here")
+    parser.add_argument(
+        "--report", type=Path, default=None, help="only print and plot a runs.jsonl written before"
+    )
     args = parser.parse_args()
     policies = tuple(args.policies.split(","))
+    if args.report:
+        lines = args.report.read_text().splitlines()
+        report([json.loads(line) for line in lines], policies, args.report.parent)
+        return
     tasks = [
         (variant, seed, args.scale, policies)
-        for variant in args.variants.split(",")
         for seed in range(args.first_seed, args.first_seed + args.seeds)
+        for variant in args.variants.split(",")
     ]
     print(f"machine: {platform.machine()}, Python {platform.python_version()}, jobs {args.jobs}")
     started = time.perf_counter()
+    results: list[dict[str, Any]] = []
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
     with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
-        results = [r for batch in pool.imap(run_seed, tasks) for r in batch]
+        for batch in pool.imap_unordered(run_seed, tasks):
+            results += batch
+            _keep(args.out, batch)
     print(f"{len(tasks)} runs in {time.perf_counter() - started:.0f} s")
-    print("GPU capacity allocated at 130 % arrived (mean ± std over seeds, min-max):")
+    report(results, policies, args.out)
+
+
+def report(results: list[dict[str, Any]], policies: Sequence[str], out: Path | None) -> None:
+    seeds = sorted({r["seed"] for r in results})
+    print(f"GPU capacity allocated at 130 % arrived, seeds {seeds} (mean ± std, min-max):")
     print(summarise(results))
     for policy in policies:
         timing = [r["seconds"] / max(r["pods"], 1) * 1e3 for r in results if r["policy"] == policy]
-        idle = [r["idle_behind_cpu"] for r in results if r["policy"] == policy]
+        idle = [r["idle_gpus"] for r in results if r["policy"] == policy]
+        behind = [r["idle_behind_cpu"] for r in results if r["policy"] == policy]
         print(
-            f"{policy}: {np.mean(timing):.2f} ms per pod; idle GPUs behind < 1 free core "
-            f"{np.mean(idle):.0f}"
+            f"{policy}: {np.mean(timing):.2f} ms per pod; idle GPUs at 130 % {np.mean(idle):.0f}, "
+            f"of which on nodes with < 1 free core {np.mean(behind):.0f}"
         )
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "results.json").write_text(json.dumps(results, indent=1))
-        plot(results, args.out / "fragmentation.png")
+    if out:
+        (out / "results.json").write_text(json.dumps(results, indent=1))
+        plot(results, out / "fragmentation.png")
+
+
+def _keep(out: Path | None, batch: list[dict[str, Any]]) -> None:
+    """Each finished run as a line of `runs.jsonl`, so a long run's results survive it."""
+    if out is not None:
+        with (out / "runs.jsonl").open("a") as runs:
+            runs.writelines(json.dumps(r) + "\n" for r in batch)
 
 
 if __name__ == "__main__":
