@@ -323,7 +323,7 @@ def record(
             Evict(p.key, unit.group.key, reason, for_queue=group.queue) for p in unit.pods
         )
     ctx.plan.statuses.state(admitted(group))
-    names = ", ".join(u.label() for u in victims)
+    names = ", ".join(u.label() for u in victims) or "nobody (it fits as things are)"
     ctx.log.info("%s: %s makes room by evicting %s", reason, group.key, names)
 
 
