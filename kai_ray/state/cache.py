@@ -339,10 +339,19 @@ class ClusterCache:
         self._release_reservations()
         with _cyclic_gc_paused():
             if self._nodes is None:
-                self._nodes = read_nodes(list(self._objects[NODE].values()))
+                self._nodes = self._node_reading()
             snapshot = self._keeper.snapshot(self, self._nodes, self._changes)
         self._changes.clear()
         return snapshot
+
+    def _node_reading(self) -> NodeReading:
+        """The nodes as `read_nodes` reads them, from the readings kept per node
+        (read again only where their names could collide)."""
+        facts = self._node_facts
+        if any(key not in facts or facts[key][0].name != key for key in self._objects[NODE]):
+            return read_nodes(list(self._objects[NODE].values()))
+        read = [facts[key] for key in self._objects[NODE]]
+        return NodeReading([node for node, _ in read], [p for _, found in read for p in found])
 
     # ------------------------------------- what the snapshot keeper reads
 

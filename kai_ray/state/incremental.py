@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 import numpy as np
@@ -47,10 +47,11 @@ from kai_ray.state.groups import (
 )
 from kai_ray.state.keeping import Changes, Obj, Ordered, Rebuild, SnapshotSource
 from kai_ray.state.memo import SnapshotMemo
-from kai_ray.state.nodes import NodeReading
+from kai_ray.state.nodes import NodeFacts, NodeReading
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.queues import QueueTree, build_queue_tree
 from kai_ray.state.snapshot import (
+    Matrix,
     Snapshot,
     _counted,
     _flags,
@@ -72,18 +73,31 @@ class SnapshotKeeper:
         self.scheduler_name = scheduler_name
         self.last: Snapshot | None = None
         self._nodes: NodeReading | None = None
+        #: Validations and topology layouts, kept across rebuilds (checked against
+        #: their inputs at every use), and the group states a rebuild may reuse.
+        self.memo = SnapshotMemo()
+        self._group_place: dict[str, int] = {}
+        self.states = Ordered(self._group_order)
+        #: Node capacity and allocatable, and the working device free fractions.
+        self.capacity: Matrix = np.zeros((0, 0), dtype=np.float64)
+        self.allocatable: Matrix = np.zeros((0, 0), dtype=np.float64)
+        self.device_free: Matrix = np.zeros((0, 0), dtype=np.float64)
 
     def snapshot(self, source: SnapshotSource, nodes: NodeReading, changes: Changes) -> Snapshot:
         """The snapshot after `changes` (the source as it is now)."""
-        if self.last is None or changes.everything or nodes is not self._nodes:
+        if self.last is None or changes.everything:
             return self.rebuild(source, nodes)
+        self._changed = self._trees = False
         try:
+            if nodes is not self._nodes:
+                self._patch_nodes(nodes)
             return self._patch(source, changes)
         except Rebuild:
             return self.rebuild(source, nodes)
 
     def rebuild(self, source: SnapshotSource, nodes: NodeReading) -> Snapshot:
         """Everything from the source's readings: the patch of an empty keeper."""
+        earlier = self.states.items
         self._start(nodes)
         keys = list(dict.fromkeys(source.pod_keys()))
         for key in keys:
@@ -95,13 +109,12 @@ class SnapshotKeeper:
         self._group_place.update((key, source.group_order(key)) for key, _ in groups)
         self._validate_all(groups)
         self._settle(keys)
-        self._fill_groups(list(self._group_place))
+        self._fill_groups(list(self._group_place), earlier)
         self.last = self._publish(source, trees=True)
         return self.last
 
     def _patch(self, source: SnapshotSource, changes: Changes) -> Snapshot:
         assert self.last is not None
-        self._changed = False
         for key in changes.pods:
             found = source.pod_reading(key)
             self._read(key, found, source.pod_order(key) if found is not None else None)
@@ -114,14 +127,40 @@ class SnapshotKeeper:
         self._fill_groups(self._dirty_groups)
         if not (self._changed or changes.topologies):
             return self.last
-        self.last = self._publish(source, trees=changes.topologies)
+        self.last = self._publish(source, trees=changes.topologies or self._trees)
         return self.last
+
+    def _patch_nodes(self, reading: NodeReading) -> None:
+        """Nodes read again with the same names in the same order, offering the same
+        resources and as many devices at most: only the nodes whose reading changed
+        are laid out and accounted again (their pods listed again); otherwise a rebuild."""
+        assert self._nodes is not None
+        old, new = self._nodes.nodes, reading.nodes
+        if len(old) != len(new) or any(a.name != b.name for a, b in zip(old, new, strict=True)):
+            raise Rebuild
+        if set().union(*(n.capacity for n in new), *(n.allocatable for n in new)) != self.offered:
+            raise Rebuild
+        changed = [i for i, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]
+        capacity, allocatable = self.capacity.copy(), self.allocatable.copy()
+        for index in changed:
+            capacity[index] = _matrix([new[index].capacity], self.names)[0]
+            allocatable[index] = _matrix([new[index].allocatable], self.names)[0]
+        counts = np.floor(allocatable[:, self.names.index(GPU)]).astype(np.int64)
+        if max(int(counts.max(initial=0)), 1) != self.device_free.shape[1]:
+            raise Rebuild  # the device matrix would be of another width
+        self.capacity, self.allocatable = _read_only(capacity), _read_only(allocatable)
+        self.counts = counts
+        self.device_free[changed] = NO_DEVICE  # rows written again by their accounts
+        self._touched.update(changed)
+        self._nodes = reading
+        self.memo.use_nodes(new)
+        self._node_columns(new)
+        self._changed = self._trees = self._accounted = True
 
     # ------------------------------------------------------------ the state
 
     def _start(self, nodes: NodeReading) -> None:
         self._nodes = nodes
-        self.memo = SnapshotMemo()
         self.memo.use_nodes(nodes.nodes)
         self.node_index = MappingProxyType({n.name: i for i, n in enumerate(nodes.nodes)})
         self.offered: set[str] = set().union(
@@ -149,7 +188,7 @@ class SnapshotKeeper:
         #: PodGroups by key: valid models, problems, places, every key an object has.
         self.valid: dict[str, PodGroup] = {}
         self.group_problems: dict[str, list[Problem]] = {}
-        self._group_place: dict[str, int] = {}
+        self._group_place = {}
         self.known: set[str] = set()
         self.states = Ordered(self._group_order)
         self.waiting = Ordered(self._group_order)
@@ -219,6 +258,10 @@ class SnapshotKeeper:
         self.device_free = np.full((len(nodes), width), NO_DEVICE, dtype=np.float64)
         self.device_free[np.arange(width) < self.counts[:, None]] = 1.0  # untouched devices
         self.devices = [GpuDevices.untouched(int(count)) for count in self.counts]
+        self._node_columns(nodes)
+
+    def _node_columns(self, nodes: Sequence[NodeFacts]) -> None:
+        """What the snapshot lists per node besides resources."""
         self.ready = _flags(n.ready for n in nodes)
         self.unschedulable = _flags(n.unschedulable for n in nodes)
         self.labels = tuple(n.labels for n in nodes)
@@ -372,15 +415,19 @@ class SnapshotKeeper:
                 for pod in self.naming.get(key, {}).values():
                     self._member_problems(pod)
 
-    def _fill_groups(self, keys: Iterable[str]) -> None:
-        """The states of the groups in `keys` from their members as listed now."""
+    def _fill_groups(
+        self, keys: Iterable[str], earlier: Mapping[str, PodGroupState] | None = None
+    ) -> None:
+        """The states of the groups in `keys` from their members as listed now (a
+        state of `earlier`, else of the last snapshot, is reused when nothing in it
+        changed)."""
         for key in keys:
             group = self.valid.get(key)
             if group is None:
                 self._drop_state(key)
                 continue
             members = sorted(self.naming.get(key, {}).values(), key=lambda p: self._order(p.key))
-            state = group_state(group, members, self.states.items, self.unseen)
+            state = group_state(group, members, earlier or self.states.items, self.unseen)
             if self.states.items.get(key) is not state:
                 self.states.set(key, state)
                 self._changed = True
