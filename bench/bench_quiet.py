@@ -9,7 +9,9 @@ warm-up cycles three figures, each the best of `--repeat`, timing
 - **nothing changed** since the last snapshot;
 - **one pod added**: a pending single-GPU pod of a new PodGroup (the cycle
   places it; it is taken away again, untimed, before the next repetition);
-- **one pod finished**: a bound pod's phase becomes Succeeded (put back after).
+- **one pod finished**: a bound pod's phase becomes Succeeded (put back after);
+- **one node cordoned**: `spec.unschedulable` set on a node holding pods
+  (uncordoned after).
 
 With `--compare DIR` (a `git worktree` of the baseline commit) the same
 measurement runs with DIR's `kai_ray` in a child process, interleaved with the
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve()
-FIGURES = ("nothing changed", "one pod added", "one pod finished")
+FIGURES = ("nothing changed", "one pod added", "one pod finished", "one node cordoned")
 
 
 def measure(nodes: int, pods: int, repeat: int) -> dict[str, dict[str, float]]:
@@ -82,12 +84,19 @@ def measure(nodes: int, pods: int, repeat: int) -> dict[str, dict[str, float]]:
         cache.upsert({**running, "status": {"phase": "Succeeded"}}, "Pod")
         return lambda: cache.upsert(running, "Pod")
 
+    def cordoned(i: int) -> Callable[[], None]:
+        node = cache.get("Node", names[i])
+        assert node is not None
+        cache.upsert({**node, "spec": {**(node.get("spec") or {}), "unschedulable": True}}, "Node")
+        return lambda: cache.upsert(node, "Node")
+
     for _ in range(3):
         timed()
     best: dict[str, list[tuple[float, float]]] = {figure: [] for figure in FIGURES}
     for i in range(repeat):
         best["nothing changed"].append(timed())
-        for figure, change in (("one pod added", added), ("one pod finished", finished)):
+        changes = (added, finished, cordoned)
+        for figure, change in zip(FIGURES[1:], changes, strict=True):
             undo = change(i)
             best[figure].append(timed())
             undo()
