@@ -5,9 +5,10 @@ through `upsert` and `delete`; the cycle reads only the `snapshot()` it builds.
 The cache records which keys changed (`Changes`), and `SnapshotKeeper`
 (`state/incremental.py`) patches the last snapshot with them: a cycle in which
 nothing changed gets the last snapshot itself, one in which a pod changed
-costs that pod, its node and its group. A node whose reading changed, a new
-resource column, or the placeholder pods of suspended workloads rebuild it from
-the readings the cache keeps; tests hold it to `build_snapshot` of `objects()`.
+costs that pod, its node and its group; one in which a node's reading changed
+costs that node and its pods. A node come or gone, a new resource column, or
+the placeholder pods of suspended workloads rebuild it from the readings the
+cache keeps; tests hold it to `build_snapshot` of `objects()`.
 
 Binds the binder made but the watch has not shown yet are held as *assumed*
 (`assume`): the pod is read as bound to that node until the watch brings the

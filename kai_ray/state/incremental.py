@@ -13,7 +13,9 @@ patches the last snapshot instead of assembling a new one from every pod:
 - some PodGroups changed: validated again, their states rebuilt;
 - a Queue changed, or usage: the queue tree again, and every group validated
   again when a queue came, went or gained or lost children;
-- a Node changed, or a new resource column, or the suspended workloads'
+- a Node's reading changed: its row and its pods again, while the nodes keep
+  their names, order and resources (`_patch_nodes`);
+- a node came or went, a new resource column, or the suspended workloads'
   placeholder pods: everything from the cache's readings (`rebuild`).
 
 Every part is the function `assemble_snapshot` runs (`account_node`, `_used_row`,
