@@ -22,6 +22,7 @@ Pure: no I/O, no threads; the operator serialises access.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -115,6 +116,10 @@ class ClusterCache:
         #: pods (or `reserve_ttl_s` ends): pods of no gang and no scheduler of ours,
         #: bound where its placeholders were placed, so that nobody else takes it.
         self._reserved: dict[tuple[str, str], Reservation] = {}
+        #: Stored pods per group their annotation names (key: `namespace/group`), and
+        #: the group each pod was counted in: how many pods a released workload made.
+        self._made: Counter[str] = Counter()
+        self._made_in: dict[str, str] = {}
         self._released: dict[tuple[str, str], list[Obj]] = {}
         self.reserve_ttl_s = 60.0
 
@@ -131,6 +136,7 @@ class ClusterCache:
         if kind == POD:
             self._unindex(key)
             self._pod_changed(key)
+            self._count_made(key, obj)
             (self._leaving.add if _leaving(obj) else self._leaving.discard)(key)
             if key in self._assumed_keys and pod_node(obj) is not None:
                 self._assumed.pop(key, None)  # the watch caught up with the bind
@@ -153,6 +159,7 @@ class ClusterCache:
         if kind == POD:
             self._unindex(key)
             self._pod_changed(key)
+            self._count_made(key, None)
             self._assumed.pop(key, None)
             self._assumed_keys.discard(key)
             self._leaving.discard(key)
@@ -176,6 +183,16 @@ class ClusterCache:
             self._changes.queues = True
         elif kind == TOPOLOGY:
             self._changes.topologies = True
+
+    def _count_made(self, key: str, pod: Obj | None) -> None:
+        before = self._made_in.pop(key, None)
+        if before is not None:
+            self._made[before] -= 1
+        annotations = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+        group = annotations.get(POD_GROUP_ANNOTATION)
+        if group:
+            self._made_in[key] = f"{key.partition('/')[0]}/{group}"
+            self._made[self._made_in[key]] += 1
 
     def _pod_changed(self, key: str) -> None:
         self._pods.pop(key, None)
@@ -249,14 +266,9 @@ class ClusterCache:
         if not self._reserved:
             return
         now = self._clock()
-        made: dict[str, int] = {}
-        for pod_key_, pod in self._objects[POD].items():
-            group = ((pod.get("metadata") or {}).get("annotations") or {}).get(POD_GROUP_ANNOTATION)
-            if group:
-                key = f"{pod_key_.partition('/')[0]}/{group}"
-                made[key] = made.get(key, 0) + 1
+        made = self._made
         for owner, held in list(self._reserved.items()):
-            if held.expires_at <= now or sum(made.get(g, 0) for g in held.groups) >= held.pods:
+            if held.expires_at <= now or sum(made[g] for g in held.groups) >= held.pods:
                 del self._reserved[owner]
                 self._released.pop(owner, None)
                 for pod in held.reserving:
