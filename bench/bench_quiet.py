@@ -16,7 +16,9 @@ warm-up cycles three figures, each the best of `--repeat`, timing
 With `--compare DIR` (a `git worktree` of the baseline commit) the same
 measurement runs with DIR's `kai_ray` in a child process, interleaved with the
 current code's (also a child process), `--rounds` times; each figure is the
-best over rounds. Not a test: it prints figures.
+best over rounds. `--code DIR` runs the new side from DIR too (a worktree of the
+new commit, so that work in progress in this tree is left out). Not a test: it
+prints figures.
 """
 
 from __future__ import annotations
@@ -127,8 +129,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--compare", default="", help="a worktree of the baseline commit")
+    parser.add_argument("--code", default="", help="a worktree of the new commit (default: here)")
     args = parser.parse_args()
-    here = str(HERE.parents[1])
+    here = args.code or str(HERE.parents[1])
     print(f"machine: {os.cpu_count()} cores, {platform.python_version()}")
     print(f"{args.nodes} nodes x 8 GPUs, {args.pods} bound pods; best of {args.repeat} x rounds")
     runs: dict[str, list[dict[str, dict[str, float]]]] = {"baseline": [], "new": []}
