@@ -15,7 +15,7 @@ included). Every policy sees the same pods in the same order for a seed:
 - `fragmentation`: kai-ray's fragmentation-aware score
   (`placementStrategy: fragmentation`), learning the mix from the arrivals as
   the scheduler does from its snapshots: the pods arrive `CYCLE` at a time and
-  each cycle's arrivals join the mix (one second apart, half-life one hour)
+  each cycle's arrivals join the mix (one second apart; half-life `--mix`, default one hour)
   before the first of them is placed.
 Devices: `random` and `best-fit` put a share on the fullest device it fits
 (kai-ray's rule); the kai-ray policies choose as they do in the scheduler.
@@ -53,7 +53,7 @@ from kai_ray.decisions.plan import Bind
 from kai_ray.decisions.transaction import Placement, Transaction
 from kai_ray.state.pod_states import PodState, read_pod
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
-from kai_ray.values.config import SchedulerConfigSpec
+from kai_ray.values.config import FragmentationScoring, SchedulerConfigSpec
 from kai_ray.values.resources import EPSILON, GPU, GPU_PRODUCT_LABEL
 from tests.builders import make_node, make_pod
 
@@ -257,7 +257,9 @@ def best_fit_policy(tx: Transaction, shape: PodShape, nodes: npt.NDArray[np.intp
     return node, choose_devices(tx, shape, node, SchedulerConfigSpec())
 
 
-def run_policy(policy: str, variant: str, seed: int, scale: float) -> dict[str, Any]:
+def run_policy(
+    policy: str, variant: str, seed: int, scale: float, mix: FragmentationScoring | None = None
+) -> dict[str, Any]:
     """One policy on one seed's arrivals: the allocation curve and the figures at 130 %."""
     tx = Transaction(build_snapshot(ClusterObjects(nodes=cluster_nodes(scale))))
     gpu = tx.snapshot.column(GPU)
@@ -265,7 +267,7 @@ def run_policy(policy: str, variant: str, seed: int, scale: float) -> dict[str, 
     pods = draw_pods(variant, seed, int(capacity * 3))
     states = {pod: pod_state(pod) for pod in set(pods)}
     choose = _chooser(policy, seed)
-    settings = SchedulerConfigSpec().fragmentation
+    settings = mix or SchedulerConfigSpec().fragmentation
     arrived = allocated = 0.0
     curve: list[float] = []
     started = time.perf_counter()
@@ -329,9 +331,12 @@ def _idle_by_model(tx: Transaction) -> dict[str, float]:
     return idle
 
 
-def run_seed(task: tuple[str, int, float, tuple[str, ...]]) -> list[dict[str, Any]]:
-    variant, seed, scale, policies = task
-    return [run_policy(policy, variant, seed, scale) for policy in policies]
+Task = tuple[str, int, float, tuple[str, ...], FragmentationScoring]
+
+
+def run_seed(task: Task) -> list[dict[str, Any]]:
+    variant, seed, scale, policies, mix = task
+    return [run_policy(policy, variant, seed, scale, mix) for policy in policies]
 
 
 def summarise(results: list[dict[str, Any]]) -> str:
@@ -391,16 +396,22 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="results.json and the plot here")
     parser.add_argument(
+        "--mix",
+        default="{}",
+        help='SchedulerConfig fragmentation settings, e.g. {"halfLife": "0s"}',
+    )
+    parser.add_argument(
         "--report", type=Path, default=None, help="only print and plot a runs.jsonl written before"
     )
     args = parser.parse_args()
     policies = tuple(args.policies.split(","))
+    mix = FragmentationScoring.model_validate(json.loads(args.mix))
     if args.report:
         lines = args.report.read_text().splitlines()
         report([json.loads(line) for line in lines], policies, args.report.parent)
         return
     tasks = [
-        (variant, seed, args.scale, policies)
+        (variant, seed, args.scale, policies, mix)
         for seed in range(args.first_seed, args.first_seed + args.seeds)
         for variant in args.variants.split(",")
     ]
