@@ -330,6 +330,7 @@ def quiet_cycle(nodes: int = 5000, pods: int = 20000) -> dict[str, float]:
     """A cycle with nothing to do, on the operator's cache with a full cluster."""
     from bench.bench_placement import nodes as make_node_objects
     from kai_ray.decisions.cycle import run_cycle
+    from kai_ray.decisions.totals import GroupTotals
     from kai_ray.state.cache import ClusterCache
     from kai_ray.values.config import SchedulerConfig
     from tests.builders import make_pod, make_pod_group, make_queue
@@ -347,11 +348,12 @@ def quiet_cycle(nodes: int = 5000, pods: int = 20000) -> dict[str, float]:
         cache.upsert(make_pod_group(f"g{i}").queue("team").min_member(1).build(), "PodGroup")
     config_ = SchedulerConfig()
     usage = None
+    totals = GroupTotals()  # kept from cycle to cycle, as the operator keeps it
     timings = []
     for cycle in range(6):
         started = time.perf_counter()
         snapshot = cache.snapshot()
-        result = run_cycle(snapshot, config_, cycle, 1.0e9 + cycle, usage)
+        result = run_cycle(snapshot, config_, cycle, 1.0e9 + cycle, usage, totals=totals)
         usage = result.usage
         timings.append(time.perf_counter() - started)
         assert not result.plan.binds

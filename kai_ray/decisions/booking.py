@@ -21,8 +21,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 
 from kai_ray.decisions.admission import (
     TypedKey,
@@ -36,6 +35,7 @@ from kai_ray.decisions.admission import (
 from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.ledger import QueueLedger
 from kai_ray.decisions.ordering import group_priority
+from kai_ray.decisions.totals import GroupTotals
 from kai_ray.decisions.transaction import Attempt, Placement, Transaction
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
@@ -122,70 +122,15 @@ def held_by(tx: Transaction, placement: Placement) -> Resources:
 # ------------------------------------------------- what the queues hold at first
 
 
-#: The empty vector, shared (vectors are immutable).
-NOTHING = Resources()
-
-
-def held_ledger(snapshot: Snapshot, shares: Mapping[str, Resources]) -> QueueLedger:
+def held_ledger(
+    snapshot: Snapshot, shares: Mapping[str, Resources], totals: GroupTotals | None = None
+) -> QueueLedger:
     """What every queue holds at the start of the cycle (bound live pods), GPUs
-    of the types its queues limit included."""
+    of the types its queues limit included: exact sums (`totals.GroupTotals`),
+    from `totals` kept from the last cycle when given."""
     ledger = QueueLedger(snapshot.queues, shares)
-    sums = _HeldSums()
-    keys_of: dict[str, tuple[TypedKey, ...]] = {}
-    # Groups without typed limits above their queue are summed per leaf first (from
-    # each group's own sum), then rolled up.
-    per_leaf: dict[tuple[str, bool], dict[str, float]] = {}
-    for group in snapshot.pod_groups.values():
-        preemptible = is_preemptible(group, group_priority(group))
-        keys = keys_of.get(group.queue)
-        if keys is None:
-            keys = keys_of[group.queue] = typed_keys(snapshot.queues, group.queue)
-        if not keys:
-            if group.bound:
-                add_into(per_leaf.setdefault((group.queue, preemptible), {}), group.bound_requests)
-            continue
-        path = ledger.path(group.queue)
-        for requests, labels in _bound_requests(snapshot, group):
-            # No typed limit above the queue: the typed tally is empty for every pod.
-            typed = typed_gpus(keys, [(labels, requests[GPU])]) if keys else NOTHING
-            sums.add(path, requests, typed, preemptible)
-    for (leaf, preemptible), amounts in per_leaf.items():
-        sums.add(ledger.path(leaf), Resources.from_canonical(amounts), NOTHING, preemptible)
-    sums.fill(ledger)
+    held = (totals or GroupTotals()).update(snapshot).held(snapshot)
+    ledger.allocated = held.allocated
+    ledger.non_preemptible = held.non_preemptible
+    ledger.typed = held.typed
     return ledger
-
-
-def _bound_requests(
-    snapshot: Snapshot, group: PodGroupState
-) -> Iterator[tuple[Resources, Mapping[str, str]]]:
-    """What each bound member holds, with its node's labels."""
-    for pod in group.bound:
-        yield pod.effective_requests, snapshot.labels[snapshot.node_index[pod.node or ""]]
-
-
-@dataclass
-class _HeldSums:
-    """The ledger's three tallies as plain dicts, made into vectors once, in `fill`."""
-
-    allocated: dict[str, dict[str, float]] = field(default_factory=dict)
-    non_preemptible: dict[str, dict[str, float]] = field(default_factory=dict)
-    typed: dict[str, dict[str, float]] = field(default_factory=dict)
-
-    def add(
-        self, path: tuple[str, ...], requests: Resources, typed: Resources, preemptible: bool
-    ) -> None:
-        for name in path:
-            add_into(self.allocated.setdefault(name, {}), requests)
-            if not preemptible:
-                add_into(self.non_preemptible.setdefault(name, {}), requests)
-        for name in path:
-            add_into(self.typed.setdefault(name, {}), typed)
-
-    def fill(self, ledger: QueueLedger) -> None:
-        ledger.allocated = _vectors(self.allocated)
-        ledger.non_preemptible = _vectors(self.non_preemptible)
-        ledger.typed = _vectors(self.typed)
-
-
-def _vectors(sums: dict[str, dict[str, float]]) -> dict[str, Resources]:
-    return {name: Resources.from_canonical(amounts) for name, amounts in sums.items()}

@@ -71,7 +71,7 @@ class ConsolidateAction:
 
 def in_turn(ctx: CycleContext) -> list[PodGroupState]:
     """The waiting gangs (`ordering.waits`), higher priority first, then older."""
-    waiting = waiting_gangs(ctx.snapshot.pod_groups.values(), ctx.transaction)
+    waiting = waiting_gangs(ctx.snapshot.waiting_groups, ctx.transaction)
     return sorted(waiting, key=lambda g: (-group_priority(g), g.creation_timestamp, g.key))
 
 

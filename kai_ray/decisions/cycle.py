@@ -23,12 +23,12 @@ from kai_ray.decisions.consolidate import ConsolidateAction
 from kai_ray.decisions.context import Action, ActionRegistry, CycleContext, CycleLog
 from kai_ray.decisions.eviction import release_terminating
 from kai_ray.decisions.fairness import OverCommitment, cluster_capacity, fair_shares, over_committed
-from kai_ray.decisions.fairness import leaf_requests as leaf_requests
 from kai_ray.decisions.ordering import waiting_gangs
 from kai_ray.decisions.plan import Plan
 from kai_ray.decisions.preempt import PreemptAction
 from kai_ray.decisions.reclaim import ReclaimAction
 from kai_ray.decisions.stale import StaleGangEvictionAction
+from kai_ray.decisions.totals import GroupTotals, leaf_requests
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.decisions.usage import UsageState, drift_step, still_moving, usage_until
 from kai_ray.state.snapshot import Snapshot
@@ -78,6 +78,9 @@ class CycleResult:
     usage: UsageState = field(default_factory=UsageState)
     #: Sibling queues whose quotas add up to more than they share (a warning).
     over_committed: tuple[OverCommitment, ...] = ()
+    #: What each leaf queue's live pods asked for (the fair shares' demand); None
+    #: when the result was not made by `run_cycle`.
+    leaf_requests: Mapping[str, Resources] | None = None
 
 
 def run_cycle(
@@ -87,9 +90,12 @@ def run_cycle(
     now: float,
     usage: UsageState | None = None,
     registry: ActionRegistry | None = None,
+    totals: GroupTotals | None = None,
 ) -> CycleResult:
     """One cycle. `usage` is the previous cycle's `CycleResult.usage` (None after a
-    restart: the usage persisted on the queues is used and the interval restarts)."""
+    restart: the usage persisted on the queues is used and the interval restarts).
+    `totals` is kept by a caller that runs cycle after cycle on snapshots of one
+    cache: the sums over every group then cost what changed (`totals.GroupTotals`)."""
     log = CycleLog(LOG, {"cycle": cycle})
     actions = resolve_actions(config, registry or builtin_actions())
     spec = config.spec
@@ -97,9 +103,11 @@ def run_cycle(
     capacity = cluster_capacity(snapshot, spec.schedulerName)
     before, usage = usage, usage_until(snapshot, spec, usage, now, capacity)
     k = spec.timeBasedFairness.k
-    shares = fair_shares(snapshot.queues, leaf_requests(snapshot), capacity, k, usage.queues)
+    totals = (totals or GroupTotals()).update(snapshot)
+    demand = leaf_requests(snapshot, totals)
+    shares = fair_shares(snapshot.queues, demand, capacity, k, usage.queues)
     # 2. What every queue holds now; the actions grow it as they place jobs.
-    ledger = held_ledger(snapshot, shares)
+    ledger = held_ledger(snapshot, shares, totals)
     plan = Plan(cycle=cycle)
     tx = Transaction(snapshot)
     ctx = CycleContext(snapshot, spec, shares, ledger, tx, plan, log, now, capacity)
@@ -116,8 +124,9 @@ def run_cycle(
     plan.binds.extend(b for b in ctx.transaction.binds() if b.pod not in evicted)
     # 5. With time-based fairness, fair shares drift while usage moves: a gang still
     #    waiting may get its turn though nothing else happens, so look again then.
-    if k > 0 and still_moving(before, usage) and waiting_gangs(snapshot.pod_groups.values(), tx):
+    if k > 0 and still_moving(before, usage) and waiting_gangs(snapshot.waiting_groups, tx):
         plan.wake_no_later_than(now + drift_step(spec))
     log.debug("%d binds, %d statuses", len(plan.binds), len(plan.statuses))
     held = dataclasses.replace(usage, allocated=dict(ledger.allocated))
-    return CycleResult(plan, shares, held, tuple(over_committed(snapshot.queues, capacity)))
+    over = tuple(over_committed(snapshot.queues, capacity))
+    return CycleResult(plan, shares, held, over, demand)

@@ -226,7 +226,7 @@ def release_terminating(ctx: CycleContext) -> list[PodState]:
 
 def waiting_candidates(ctx: CycleContext) -> WaitingJobs:
     """The waiting gangs (`ordering.waits`), each asking for its missing minimum."""
-    gangs = waiting_gangs(ctx.snapshot.pod_groups.values(), ctx.transaction)
+    gangs = waiting_gangs(ctx.snapshot.waiting_groups, ctx.transaction)
     return WaitingJobs(map(candidate_for, gangs))
 
 

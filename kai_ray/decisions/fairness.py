@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from kai_ray.state.queues import QueueNode, QueueTree
 from kai_ray.state.snapshot import Snapshot
-from kai_ray.values.resources import CPU, EPSILON, MEMORY, Resources, add_into, canonical_name
+from kai_ray.values.resources import CPU, EPSILON, MEMORY, Resources, canonical_name
 
 #: queue -> resource -> decayed usage as a fraction of the cluster.
 Usage = Mapping[str, Mapping[str, float]]
@@ -69,16 +69,6 @@ def quota_of(tree: QueueTree, name: str, resource: str) -> float:
 
 def limit_of(tree: QueueTree, name: str, resource: str) -> float:
     return queue_resource(tree[name], resource)[1]
-
-
-def leaf_requests(snapshot: Snapshot) -> dict[str, Resources]:
-    """What each leaf queue's live pods ask for, bound or pending."""
-    # Each group's sum (kept with its state), summed into plain dicts per queue.
-    totals: dict[str, dict[str, float]] = {}
-    for group in snapshot.pod_groups.values():
-        if group.live:
-            add_into(totals.setdefault(group.queue, {}), group.live_requests)
-    return {queue: Resources.from_canonical(amounts) for queue, amounts in totals.items()}
 
 
 def cluster_capacity(snapshot: Snapshot, scheduler_name: str) -> Resources:

@@ -94,6 +94,9 @@ def releasing_members(group: PodGroupState) -> bool:
 
 
 def waiting_gangs(groups: Iterable[PodGroupState], tx: Transaction) -> list[PodGroupState]:
+    """The groups that wait (`waits`); callers pass `Snapshot.waiting_groups`, the
+    groups whose minimum is missing, kept by the cache: reading them costs what
+    waits, not every group."""
     return [group for group in groups if waits(group, tx)]
 
 

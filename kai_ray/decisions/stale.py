@@ -46,6 +46,8 @@ class StaleGangEvictionAction:
         touched = {e.group for e in ctx.plan.evictions}
         touched.update(p.bind.group for p in ctx.transaction.placed.values())
         for group in ctx.snapshot.pod_groups.values():
+            if group.key not in touched and _settled(group):
+                continue
             if any(pod.scheduler != ctx.config.schedulerName for pod in group.pods):
                 continue  # another scheduler's pods are not ours to evict
             if group.key in touched:
@@ -57,6 +59,17 @@ class StaleGangEvictionAction:
             elif stale_since(group) is not None:
                 back = GroupStatus(group.key, True, staleness=Staleness(None))
                 ctx.plan.statuses.state(back)
+
+
+def _settled(group: PodGroupState) -> bool:
+    """Cheaply seen to be neither stale nor marked stale as the snapshot holds it:
+    nothing bound, or a plain gang with its minimum bound (the usual groups, which
+    the full test would pass over at a higher cost)."""
+    if group.status is not None and group.status.conditions and stale_since(group) is not None:
+        return False
+    if not group.bound:
+        return True
+    return not group.spec.subGroups and len(group.bound) >= group.spec.minMember
 
 
 def _judge_stale(ctx: CycleContext, group: PodGroupState, holding: Sequence[PodState]) -> None:

@@ -29,8 +29,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kai_ray.decisions.cycle import CycleResult
-from kai_ray.decisions.fairness import leaf_requests, limit_of, quota_of
+from kai_ray.decisions.fairness import limit_of, quota_of
 from kai_ray.decisions.plan import GroupStatus
+from kai_ray.decisions.totals import leaf_requests
 from kai_ray.effects.binder import ApplyReport
 from kai_ray.state.queues import QueueTree
 from kai_ray.state.snapshot import Snapshot
@@ -225,7 +226,8 @@ def process_metrics() -> SchedulerMetrics:
 def cycle_families(snapshot: Snapshot, result: CycleResult, report: ApplyReport) -> list[_Family]:
     """The gauges rebuilt each cycle, from what the cycle saw, decided and did."""
     tree = snapshot.queues
-    requested = _rolled_up(tree, leaf_requests(snapshot))
+    demand = result.leaf_requests
+    requested = _rolled_up(tree, leaf_requests(snapshot) if demand is None else demand)
     allocated = result.usage.allocated
     shares = result.fair_shares
     return [

@@ -28,6 +28,7 @@ from typing import Any
 
 from kai_ray.decisions.cycle import CycleResult, run_cycle
 from kai_ray.decisions.plan import Bind, GroupStatus, Plan
+from kai_ray.decisions.totals import GroupTotals
 from kai_ray.decisions.usage import UsageState
 from kai_ray.effects.binder import ApplyReport, Binder, Outcome
 from kai_ray.effects.kube import (
@@ -108,6 +109,8 @@ class SchedulingLoop:
             )
         self.cycles = 0
         self.usage: UsageState | None = None
+        #: The cycle's sums over every group, following the cache's snapshots.
+        self.totals = GroupTotals()
         self.last_result: CycleResult | None = None
         self.last_cycle_s = 0.0
         self._wake_at: float | None = None
@@ -260,7 +263,7 @@ class SchedulingLoop:
         steps.lap("snapshot")
         self.cycles += 1
         now = self.clock.now()
-        result = run_cycle(snapshot, self.config, self.cycles, now, self.usage)
+        result = run_cycle(snapshot, self.config, self.cycles, now, self.usage, totals=self.totals)
         self.usage = result.usage
         with self.lock:
             self.cache.set_usage(result.usage.queues)

@@ -30,9 +30,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kai_ray.decisions.cycle import CycleResult
-from kai_ray.decisions.fairness import leaf_requests, subtree_requests
+from kai_ray.decisions.fairness import subtree_requests
 from kai_ray.decisions.plan import GroupStatus
 from kai_ray.decisions.stale import stale_condition
+from kai_ray.decisions.totals import leaf_requests
 from kai_ray.decisions.usage import to_persist
 from kai_ray.effects.reporting import merge_condition, problems_condition
 from kai_ray.state.groups import PodGroupState
@@ -197,7 +198,7 @@ def queue_statuses(
     `Valid=False` (the default, the tree's queues, misses them). `group_phases` is
     each PodGroup's phase (by key) as just written; `previous` each Queue's status
     as the API has it."""
-    requested = requested_by_queue(snapshot)
+    requested = requested_by_queue(snapshot, result)
     pending = pending_workloads(snapshot.queues, snapshot.pod_groups, group_phases)
     old = previous or {}
     return {
@@ -239,7 +240,7 @@ def queue_status(
         conditions = [c for c in conditions if c.get("type") != QUOTA_OVER_COMMITTED]
     else:
         conditions = merge_condition(conditions, warning)
-    asked = (requested or requested_by_queue(snapshot)).get(name, Resources())
+    asked = (requested or requested_by_queue(snapshot, result)).get(name, Resources())
     named = _named_resources(node)
     return {
         "allocated": _amounts(result.usage.allocated.get(name), named, old.get("allocated")),
@@ -289,9 +290,11 @@ def _quota_condition(status: str, reason: str, message: str, now: str) -> dict[s
     }
 
 
-def requested_by_queue(snapshot: Snapshot) -> dict[str, Resources]:
-    """What each queue's live pods ask for, bound or pending, children included."""
-    return subtree_requests(snapshot.queues, leaf_requests(snapshot))
+def requested_by_queue(snapshot: Snapshot, result: CycleResult) -> dict[str, Resources]:
+    """What each queue's live pods ask for, bound or pending, children included (the
+    cycle's own sums when it kept them)."""
+    demand = result.leaf_requests
+    return subtree_requests(snapshot.queues, leaf_requests(snapshot) if demand is None else demand)
 
 
 def pending_workloads(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import gc
 import heapq
 import math
@@ -28,6 +29,7 @@ from typing import Any
 from kai_ray.decisions.cycle import CycleResult, run_cycle
 from kai_ray.decisions.fairness import OverCommitment
 from kai_ray.decisions.plan import Bind, Evict, Plan
+from kai_ray.decisions.totals import GroupTotals
 from kai_ray.decisions.usage import UsageState
 from kai_ray.effects.binder import Binder
 from kai_ray.effects.reporting import merge_condition
@@ -79,13 +81,14 @@ class Simulation:
     """One run. `run()` advances virtual time until nothing is left to happen."""
 
     def __init__(
-        self, sim: SimInput, until: float | None = None, cycle: CycleFunction = run_cycle
+        self, sim: SimInput, until: float | None = None, cycle: CycleFunction | None = None
     ) -> None:
         self.sim = sim
         self.config = sim.config
         self.period = duration_seconds(sim.config.spec.cyclePeriod)
         self.until = until
-        self.cycle_fn = cycle
+        # The cycle's sums over every group follow the cache's snapshots from cycle to cycle.
+        self.cycle_fn = cycle or functools.partial(run_cycle, totals=GroupTotals())
         self.clock = VirtualClock()
         self.nodes = list(sim.nodes)
         self.queues: dict[str, Queue] = {q.metadata.name: q for q in sim.queues}

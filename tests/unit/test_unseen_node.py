@@ -31,7 +31,8 @@ def snapshot_of(objects: ClusterObjects) -> Snapshot:
         snapshot.queues,
         node_names=snapshot.node_index,
     )
-    return dataclasses.replace(snapshot, pod_groups=groups)
+    waiting = tuple(group for group in groups.values() if group.waiting)
+    return dataclasses.replace(snapshot, pod_groups=groups, waiting_groups=waiting)
 
 
 def test_a_pod_on_an_unknown_node_is_a_problem_and_not_bound_in_its_group() -> None:

@@ -1,0 +1,206 @@
+"""What every leaf queue's groups ask for and hold: exact sums, kept from cycle to cycle.
+
+The cycle starts from two sums over every group of the snapshot: what each leaf
+queue's live pods ask for (`leaf_requests`, the fair shares' demand)
+and what its bound pods hold (`booking.held_ledger`, split by preemptible, with
+GPUs of the types a queue limits). With tens of thousands of groups, walking
+them all costs more than the rest of a quiet cycle. `GroupTotals` keeps each
+group's part and the sums; `update` follows a new snapshot by the groups that
+are not the very objects of the last one (the cache keeps a group's state while
+nothing of it changed), so a cycle after a few changes costs those few groups,
+plus one pass comparing identities.
+
+The sums are exact: each amount is turned into an integer count of 2**-1074
+(every finite float is one), added as integers, and turned back into the float
+nearest the exact sum. The result is the same whatever the order of the groups
+and whichever groups were added or taken away since, so a kept `GroupTotals`
+and a fresh one always agree. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kai_ray.decisions.admission import TypedKey, is_preemptible, typed_gpus, typed_keys
+from kai_ray.decisions.ordering import group_priority
+from kai_ray.state.groups import PodGroupState
+from kai_ray.state.snapshot import Snapshot
+from kai_ray.values.resources import GPU, Resources
+
+#: Every finite float is an integer number of 2**-1074 (the smallest subnormal).
+_SCALE = 1074
+Exact = dict[str, int]
+
+
+def exact(amount: float) -> int:
+    """`amount` as an integer count of 2**-1074, with no rounding."""
+    numerator, denominator = amount.as_integer_ratio()
+    return numerator << (_SCALE - (denominator.bit_length() - 1))
+
+
+def nearest(total: int) -> float:
+    """The float nearest `total` * 2**-1074 (integer division rounds correctly)."""
+    return total / (1 << _SCALE)
+
+
+def add_exact(totals: Exact, amounts: Iterable[tuple[str, float]], sign: int = 1) -> None:
+    for name, amount in amounts:
+        totals[name] = totals.get(name, 0) + sign * exact(amount)
+
+
+def as_resources(totals: Exact) -> Resources:
+    return Resources.from_canonical({name: nearest(total) for name, total in totals.items()})
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One group's share of the sums."""
+
+    leaf: str
+    preemptible: bool
+    live: Exact | None  # None: no live pod (the group is not counted in demand)
+    held: Exact | None  # None: no bound pod
+    typed: Exact
+
+
+@dataclass
+class _Sum:
+    """An exact sum and how many groups make it (absent when none does)."""
+
+    total: Exact = field(default_factory=dict)
+    count: int = 0
+
+    def add(self, amounts: Exact, sign: int) -> None:
+        for name, amount in amounts.items():
+            self.total[name] = self.total.get(name, 0) + sign * amount
+        self.count += sign
+
+
+@dataclass
+class Held:
+    """What the queues hold at the start of the cycle, rolled up to every ancestor."""
+
+    allocated: dict[str, Resources]
+    non_preemptible: dict[str, Resources]
+    typed: dict[str, Resources]
+
+
+class GroupTotals:
+    """Per leaf queue: demand (live requests) and holdings (bound requests, by
+    preemptible, and typed GPUs), exact, following the snapshots it is given."""
+
+    def __init__(self) -> None:
+        self._groups: Mapping[str, PodGroupState] | None = None
+        self._tree: object = None
+        self._labels: object = None
+        self._parts: dict[str, _Part] = {}
+        self._live: dict[str, _Sum] = {}
+        self._held: dict[tuple[str, bool], _Sum] = {}
+        self._typed: dict[tuple[str, bool], _Sum] = {}
+        #: Per leaf, the per-type keys its path limits (for this queue tree).
+        self._keys: dict[str, tuple[TypedKey, ...]] = {}
+
+    def update(self, snapshot: Snapshot) -> GroupTotals:
+        """Follow `snapshot`: the groups that changed since the last one are taken out
+        and put back in. A new queue tree or new node labels start afresh."""
+        groups = snapshot.pod_groups
+        if snapshot.queues is not self._tree or snapshot.labels is not self._labels:
+            self.__init__()  # type: ignore[misc]
+            self._tree, self._labels = snapshot.queues, snapshot.labels
+        if groups is self._groups:
+            return self
+        before = self._groups or {}
+        for key in before.keys() - groups.keys():
+            self._drop(key)
+        for key, group in groups.items():
+            if before.get(key) is not group:
+                self._drop(key)
+                self._take(key, _part(snapshot, group, self._typed_keys(snapshot, group.queue)))
+        self._groups = groups
+        return self
+
+    def demand(self) -> dict[str, Resources]:
+        """What each leaf's live pods ask for, for leaves with live pods."""
+        live = self._live
+        return {leaf: as_resources(live[leaf].total) for leaf in sorted(live) if live[leaf].count}
+
+    def held(self, snapshot: Snapshot) -> Held:
+        """What every queue holds, the leaves' sums rolled up their paths."""
+        tree = snapshot.queues
+        allocated: dict[str, Exact] = {}
+        non_preemptible: dict[str, Exact] = {}
+        typed: dict[str, Exact] = {}
+        for (leaf, preemptible), held in self._held.items():
+            if not held.count:
+                continue
+            path = (leaf, *tree.ancestors(leaf))
+            kept = self._typed.get((leaf, preemptible))
+            for name in path:
+                _into(allocated.setdefault(name, {}), held.total)
+                if not preemptible:
+                    _into(non_preemptible.setdefault(name, {}), held.total)
+                _into(typed.setdefault(name, {}), kept.total if kept is not None else {})
+        # By name: the order the sums were made in depends on the groups' history.
+        return Held(
+            {name: as_resources(allocated[name]) for name in sorted(allocated)},
+            {name: as_resources(non_preemptible[name]) for name in sorted(non_preemptible)},
+            {name: as_resources(typed[name]) for name in sorted(typed)},
+        )
+
+    def _typed_keys(self, snapshot: Snapshot, leaf: str) -> tuple[TypedKey, ...]:
+        keys = self._keys.get(leaf)
+        if keys is None:
+            keys = self._keys[leaf] = typed_keys(snapshot.queues, leaf)
+        return keys
+
+    def _take(self, key: str, part: _Part) -> None:
+        self._parts[key] = part
+        self._count(part, 1)
+
+    def _drop(self, key: str) -> None:
+        part = self._parts.pop(key, None)
+        if part is not None:
+            self._count(part, -1)
+
+    def _count(self, part: _Part, sign: int) -> None:
+        if part.live is not None:
+            self._live.setdefault(part.leaf, _Sum()).add(part.live, sign)
+        if part.held is not None:
+            side = (part.leaf, part.preemptible)
+            self._held.setdefault(side, _Sum()).add(part.held, sign)
+            self._typed.setdefault(side, _Sum()).add(part.typed, sign)
+
+
+def leaf_requests(snapshot: Snapshot, totals: GroupTotals | None = None) -> dict[str, Resources]:
+    """What each leaf queue's live pods ask for, bound or pending (exact sums), from
+    `totals` kept from the last cycle when given."""
+    return (totals or GroupTotals()).update(snapshot).demand()
+
+
+def _into(totals: Exact, amounts: Exact) -> None:
+    for name, amount in amounts.items():
+        totals[name] = totals.get(name, 0) + amount
+
+
+def _part(snapshot: Snapshot, group: PodGroupState, keys: tuple[TypedKey, ...]) -> _Part:
+    """The group's pods summed one by one (a group's own float sum would round)."""
+    live: Exact | None = None
+    if group.live:
+        live = {}
+        for pod in group.live:
+            add_exact(live, pod.effective_requests.items())
+    held: Exact | None = None
+    typed: Exact = {}
+    if group.bound:
+        held = {}
+        for pod in group.bound:
+            add_exact(held, pod.effective_requests.items())
+        if keys:
+            labels = snapshot.labels
+            index = snapshot.node_index
+            for pod in group.bound:
+                gpus = pod.effective_requests[GPU]
+                add_exact(typed, typed_gpus(keys, [(labels[index[pod.node or ""]], gpus)]).items())
+    preemptible = is_preemptible(group, group_priority(group))
+    return _Part(group.queue, preemptible, live, held, typed)
