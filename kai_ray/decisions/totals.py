@@ -105,9 +105,12 @@ class GroupTotals:
         """Follow `snapshot`: the groups that changed since the last one are taken out
         and put back in. A new queue tree or new node labels start afresh."""
         groups = snapshot.pod_groups
-        if snapshot.queues is not self._tree or snapshot.labels is not self._labels:
+        # Node labels matter only to GPUs of the types a queue limits.
+        relabelled = snapshot.labels is not self._labels and any(self._keys.values())
+        if snapshot.queues is not self._tree or relabelled:
             self.__init__()  # type: ignore[misc]
-            self._tree, self._labels = snapshot.queues, snapshot.labels
+            self._tree = snapshot.queues
+        self._labels = snapshot.labels
         if groups is self._groups:
             return self
         before = self._groups or {}
