@@ -51,6 +51,8 @@ class _Allocation:
         minimums, extras = WaitingJobs(), list[Candidate]()
         tx = self.ctx.transaction
         for group in self.ctx.snapshot.pod_groups.values():
+            if not group.pending:
+                continue  # neither waiting (its missing pods are pending ones) nor extras
             if waits(group, tx):
                 minimums.add(candidate_for(group))
             elif group.pending and not group.missing and not releasing_members(group):

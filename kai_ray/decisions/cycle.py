@@ -22,13 +22,13 @@ from kai_ray.decisions.booking import held_ledger
 from kai_ray.decisions.consolidate import ConsolidateAction
 from kai_ray.decisions.context import Action, ActionRegistry, CycleContext, CycleLog
 from kai_ray.decisions.eviction import release_terminating
-from kai_ray.decisions.fairness import OverCommitment, cluster_capacity, fair_shares, over_committed
+from kai_ray.decisions.fairness import OverCommitment, fair_shares, over_committed
 from kai_ray.decisions.ordering import waiting_gangs
 from kai_ray.decisions.plan import Plan
 from kai_ray.decisions.preempt import PreemptAction
 from kai_ray.decisions.reclaim import ReclaimAction
 from kai_ray.decisions.stale import StaleGangEvictionAction
-from kai_ray.decisions.totals import GroupTotals, leaf_requests
+from kai_ray.decisions.totals import GroupTotals, cluster_capacity, leaf_requests
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.decisions.usage import UsageState, drift_step, still_moving, usage_until
 from kai_ray.state.snapshot import Snapshot
@@ -100,10 +100,10 @@ def run_cycle(
     actions = resolve_actions(config, registry or builtin_actions())
     spec = config.spec
     # 1. Usage up to now, then fair shares per resource, top-down.
-    capacity = cluster_capacity(snapshot, spec.schedulerName)
+    totals = (totals or GroupTotals()).update(snapshot)
+    capacity = cluster_capacity(snapshot, spec.schedulerName, totals)
     before, usage = usage, usage_until(snapshot, spec, usage, now, capacity)
     k = spec.timeBasedFairness.k
-    totals = (totals or GroupTotals()).update(snapshot)
     demand = leaf_requests(snapshot, totals)
     shares = fair_shares(snapshot.queues, demand, capacity, k, usage.queues)
     # 2. What every queue holds now; the actions grow it as they place jobs.

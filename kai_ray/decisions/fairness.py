@@ -17,9 +17,9 @@ more than there is and a queue holding no more than its quota is never over
 its share (`over_committed` names such levels for the Queue status).
 With time-based fairness on (k > 0), over-quota weights are shifted by decayed
 usage: P = max(0, W + k*(W - U)).
-Its inputs are here too: what the leaves ask for (`leaf_requests`), what the
-queues share (`cluster_capacity`), and the one lookup of a queue's bounds
-(`queue_resource`, `quota_of`, `limit_of`). Pure: no I/O.
+Its inputs, what the leaves ask for and what the queues share, are summed in
+`totals.py` (`leaf_requests`, `cluster_capacity`); the one lookup of a queue's
+bounds is here (`queue_resource`, `quota_of`, `limit_of`). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kai_ray.state.queues import QueueNode, QueueTree
-from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.resources import CPU, EPSILON, MEMORY, Resources, canonical_name
 
 #: queue -> resource -> decayed usage as a fraction of the cluster.
@@ -69,19 +68,6 @@ def quota_of(tree: QueueTree, name: str, resource: str) -> float:
 
 def limit_of(tree: QueueTree, name: str, resource: str) -> float:
     return queue_resource(tree[name], resource)[1]
-
-
-def cluster_capacity(snapshot: Snapshot, scheduler_name: str) -> Resources:
-    """What the queues share: allocatable on schedulable nodes, less what other
-    schedulers' pods hold there."""
-    usable = snapshot.allocatable[snapshot.schedulable].sum(axis=0)
-    total = Resources(dict(zip(snapshot.resource_names, usable.tolist(), strict=True)))
-    for pod in snapshot.pods.values():
-        node = snapshot.node_index.get(pod.node or "")
-        foreign = pod.scheduler != scheduler_name and not pod.terminal
-        if foreign and node is not None and snapshot.schedulable[node]:
-            total = total - pod.effective_requests
-    return total
 
 
 def _floor(amount: float, unit: float) -> float:

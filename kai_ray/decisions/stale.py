@@ -65,11 +65,11 @@ def _settled(group: PodGroupState) -> bool:
     """Cheaply seen to be neither stale nor marked stale as the snapshot holds it:
     nothing bound, or a plain gang with its minimum bound (the usual groups, which
     the full test would pass over at a higher cost)."""
-    if group.status is not None and group.status.conditions and stale_since(group) is not None:
+    bound = group.bound
+    if bound and (group.spec.subGroups or len(bound) < group.spec.minMember):
         return False
-    if not group.bound:
-        return True
-    return not group.spec.subGroups and len(group.bound) >= group.spec.minMember
+    status = group.status
+    return status is None or not status.conditions or stale_since(group) is None
 
 
 def _judge_stale(ctx: CycleContext, group: PodGroupState, holding: Sequence[PodState]) -> None:

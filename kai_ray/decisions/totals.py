@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from kai_ray.decisions.admission import TypedKey, is_preemptible, typed_gpus, typed_keys
 from kai_ray.decisions.ordering import group_priority
 from kai_ray.state.groups import PodGroupState
+from kai_ray.state.pod_states import PodState
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.resources import GPU, Resources
 
@@ -100,6 +101,10 @@ class GroupTotals:
         self._typed: dict[tuple[str, bool], _Sum] = {}
         #: Per leaf, the per-type keys its path limits (for this queue tree).
         self._keys: dict[str, tuple[TypedKey, ...]] = {}
+        #: Live pods of other schedulers (they take room from the queues), by key.
+        self._pods: Mapping[str, PodState] | None = None
+        self._foreign: dict[str, PodState] = {}
+        self._scheduler = ""
 
     def update(self, snapshot: Snapshot) -> GroupTotals:
         """Follow `snapshot`: the groups that changed since the last one are taken out
@@ -122,6 +127,36 @@ class GroupTotals:
                 self._take(key, _part(snapshot, group, self._typed_keys(snapshot, group.queue)))
         self._groups = groups
         return self
+
+    def capacity(self, snapshot: Snapshot, scheduler_name: str) -> Resources:
+        """What the queues share: allocatable on schedulable nodes, less what other
+        schedulers' live pods hold there (their exact sum)."""
+        self._follow_pods(snapshot, scheduler_name)
+        usable = snapshot.allocatable[snapshot.schedulable].sum(axis=0)
+        total = Resources(dict(zip(snapshot.resource_names, usable.tolist(), strict=True)))
+        taken: Exact = {}
+        for pod in self._foreign.values():
+            node = snapshot.node_index.get(pod.node or "")
+            if node is not None and snapshot.schedulable[node]:
+                add_exact(taken, pod.effective_requests.items())
+        return total - as_resources(taken) if taken else total
+
+    def _follow_pods(self, snapshot: Snapshot, scheduler_name: str) -> None:
+        pods = snapshot.pods
+        if scheduler_name != self._scheduler:
+            self._pods, self._foreign, self._scheduler = None, {}, scheduler_name
+        if pods is self._pods:
+            return
+        before = self._pods or {}
+        for key in before.keys() - pods.keys():
+            self._foreign.pop(key, None)
+        for key, pod in pods.items():
+            if before.get(key) is not pod:
+                if pod.scheduler != scheduler_name and not pod.terminal:
+                    self._foreign[key] = pod
+                else:
+                    self._foreign.pop(key, None)
+        self._pods = pods
 
     def demand(self) -> dict[str, Resources]:
         """What each leaf's live pods ask for, for leaves with live pods."""
@@ -173,6 +208,13 @@ class GroupTotals:
             side = (part.leaf, part.preemptible)
             self._held.setdefault(side, _Sum()).add(part.held, sign)
             self._typed.setdefault(side, _Sum()).add(part.typed, sign)
+
+
+def cluster_capacity(
+    snapshot: Snapshot, scheduler_name: str, totals: GroupTotals | None = None
+) -> Resources:
+    """What the queues share (`GroupTotals.capacity`), from `totals` when kept."""
+    return (totals or GroupTotals()).capacity(snapshot, scheduler_name)
 
 
 def leaf_requests(snapshot: Snapshot, totals: GroupTotals | None = None) -> dict[str, Resources]:

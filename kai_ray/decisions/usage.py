@@ -242,7 +242,7 @@ def usage_until(
 ) -> UsageState:
     """Usage brought up to `now`: the interval since the last cycle integrated at the
     rate the queues held since then (after a restart: the persisted history);
-    `capacity` is what the queues share now (`fairness.cluster_capacity`), the
+    `capacity` is what the queues share now (`totals.cluster_capacity`), the
     rate of the cluster until the next cycle."""
     state = previous or usage_from_queues(snapshot, persisted_history(snapshot))
     params = spec.timeBasedFairness

@@ -16,7 +16,13 @@ from hypothesis import strategies as st
 
 from kai_ray.decisions.booking import held_ledger
 from kai_ray.decisions.cycle import run_cycle
-from kai_ray.decisions.totals import GroupTotals, exact, leaf_requests, nearest
+from kai_ray.decisions.totals import (
+    GroupTotals,
+    cluster_capacity,
+    exact,
+    leaf_requests,
+    nearest,
+)
 from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, ClusterCache
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.config import SchedulerConfig
@@ -46,6 +52,22 @@ def reference_demand(snapshot: Snapshot) -> dict[str, dict[str, float]]:
     }
 
 
+def reference_capacity(snapshot: Snapshot) -> dict[str, float]:
+    """Allocatable on schedulable nodes less `math.fsum` of other schedulers' live
+    pods there."""
+    usable = snapshot.allocatable[snapshot.schedulable].sum(axis=0)
+    total = dict(zip(snapshot.resource_names, usable.tolist(), strict=True))
+    taken: dict[str, list[float]] = {}
+    for pod in snapshot.pods.values():
+        node = snapshot.node_index.get(pod.node or "")
+        foreign = pod.scheduler != SCHEDULER and not pod.terminal
+        if foreign and node is not None and snapshot.schedulable[node]:
+            for name, amount in pod.effective_requests.items():
+                taken.setdefault(name, []).append(amount)
+    left = {name: total.get(name, 0.0) - math.fsum(values) for name, values in taken.items()}
+    return {name: amount for name, amount in (total | left).items() if amount != 0.0}
+
+
 def as_plain(vectors: dict[str, Resources]) -> dict[str, dict[str, float]]:
     return {name: dict(vector.items()) for name, vector in vectors.items()}
 
@@ -73,6 +95,9 @@ def test_kept_sums_equal_fresh_ones_and_the_exact_sums_after_every_event(
         demand = leaf_requests(snapshot, kept)
         assert demand == leaf_requests(snapshot)
         assert as_plain(demand) == reference_demand(snapshot)
+        capacity = cluster_capacity(snapshot, SCHEDULER, kept)
+        assert capacity == cluster_capacity(snapshot, SCHEDULER)
+        assert dict(capacity.items()) == reference_capacity(snapshot)
         ledger = held_ledger(snapshot, {}, kept)
         fresh = held_ledger(snapshot, {})
         assert ledger.allocated == fresh.allocated
