@@ -5,8 +5,9 @@ the image's entrypoint run) starts kopf with the options given; kopf's startup
 handler starts the scheduling loop (`kai_ray.effects.scheduling_loop`: watches,
 cache, cycles, binder), the health endpoints and the metrics endpoint; its
 cleanup handler stops them and gives the leader Lease up. Besides, kopf reports
-a `Valid` condition on every Queue, PodGroup and Topology. See
-docs/architecture.md.
+a `Valid` condition on every Queue, PodGroup and Topology, and serves the
+admission webhooks: mutating (pods gated, Ray workloads suspended) and validating
+(what CEL cannot see; docs/operations.md). See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -15,16 +16,23 @@ import functools
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import kopf
 
+from kai_ray.effects.admission_checks import (
+    deprecation_warnings,
+    queue_refusals,
+    refusal_message,
+    topology_refusals,
+    workload_refusals,
+)
 from kai_ray.effects.certificates import ensure_certificate
 from kai_ray.effects.health import serve_health
-from kai_ray.effects.kube import connect
+from kai_ray.effects.kube import WATCHED, connect
 from kai_ray.effects.reporting import (
     merge_condition,
     queue_validity_condition,
@@ -34,6 +42,7 @@ from kai_ray.effects.scheduling_loop import LoopOptions, SchedulingLoop
 from kai_ray.values.api import GROUP, VERSION
 from kai_ray.values.clock import WallClock, rfc3339
 from kai_ray.values.config import SchedulerConfig
+from kai_ray.values.errors import Problem
 from kai_ray.values.names import SCHEDULER_NAME
 from kai_ray.values.validation import parse_model
 from kai_ray.workloads.membership import admission_changes, holds_with_suspend
@@ -43,6 +52,20 @@ from kai_ray.workloads.membership import admission_changes, holds_with_suspend
 #: whole status (`Valid` included) once per change anyway.
 PLURALS = {"Queue": "queues", "Topology": "topologies"}
 LOG = logging.getLogger("kai_ray.controller")
+#: How long the API server waits for an answer of the webhook (kopf writes 30 s,
+#: the most Kubernetes allows); with failurePolicy Ignore, an operator that does
+#: not answer costs each write this much, then the object is admitted unchecked.
+WEBHOOK_TIMEOUT_S = 5
+#: The workloads the validating webhook checks, by (group, version, plural), with
+#: the writes checked: pods only when created (the binder's own updates of every
+#: pod it gates and binds need no round trip through the webhook).
+WORKLOAD_RESOURCES: tuple[tuple[str, str, str, tuple[kopf.Operation, ...]], ...] = (
+    ("", "v1", "pods", ("CREATE",)),
+    ("batch", "v1", "jobs", ("CREATE", "UPDATE")),
+    ("ray.io", "v1", "rayclusters", ("CREATE", "UPDATE")),
+    ("ray.io", "v1", "rayjobs", ("CREATE", "UPDATE")),
+    (GROUP, VERSION, "podgroups", ("CREATE", "UPDATE")),
+)
 
 
 @dataclass
@@ -203,11 +226,124 @@ def hold_ray_workload(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
 
 def register_webhooks() -> None:
     """The admission webhook's handlers (only when it is served: kopf refuses to
-    start with handlers and no server)."""
+    start with handlers and no server): mutating ones for new workloads, and
+    validating ones for what the CRDs' CEL rules cannot see (one object at a time)."""
     mutate = functools.partial(kopf.on.mutate, operation="CREATE", ignore_failures=True)
     mutate("v1", "pods", id="pod-admission")(hold_pod)
     for plural in ("rayclusters", "rayjobs"):
         mutate("ray.io", "v1", plural, id=f"{plural}-admission")(hold_ray_workload)
+    validate = functools.partial(kopf.on.validate, ignore_failures=True)
+    writes: list[kopf.Operation] = ["CREATE", "UPDATE"]
+    validate(GROUP, VERSION, "queues", id="queue-validation", operations=writes)(validate_queue)
+    validate(GROUP, VERSION, "topologies", id="topology-validation", operations=writes)(
+        validate_topology
+    )
+    for group, version, plural, operations in WORKLOAD_RESOURCES:
+        api = f"{group}/{version}" if group else version
+        validate(api, plural, id=f"{plural}-validation", operations=list(operations))(
+            validate_workload
+        )
+    _short_webhook_timeout()
+
+
+def _short_webhook_timeout() -> None:
+    """kopf writes every webhook with a 30 s timeout and offers no setting: its one
+    builder of webhook entries is wrapped to write `WEBHOOK_TIMEOUT_S` instead."""
+    from kopf._core.engines import admission
+
+    build = admission.build_webhooks
+    if getattr(build, "kai_ray_timeout", False):
+        return
+
+    def with_timeout(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        webhooks = build(*args, **kwargs)
+        for webhook in webhooks:
+            webhook["timeoutSeconds"] = WEBHOOK_TIMEOUT_S
+        return webhooks
+
+    with_timeout.kai_ray_timeout = True  # type: ignore[attr-defined]
+    admission.build_webhooks = with_timeout
+
+
+def _judge(
+    kind: str,
+    body: kopf.Body,
+    old: kopf.Body | None,
+    warnings: list[str],
+    refusals: Refusals,
+) -> None:
+    """Refuse (kopf.AdmissionError) when `refusals(body)` finds problems that the
+    object's old version, if any, did not have (a write that fixes nothing else
+    is not held back by what was already there). An unexpected failure admits:
+    the webhook must not stop the cluster; the `Valid` condition still reports."""
+    warnings.extend(deprecation_warnings(kind, body))
+    try:
+        problems = refusals(body)
+        if problems and old is not None:
+            before = {(p.field, p.message) for p in refusals(old)}
+            problems = [p for p in problems if (p.field, p.message) not in before]
+    except Exception:
+        LOG.exception("validating %s %s failed; admitted unchecked", kind, body.get("metadata"))
+        return
+    if problems:
+        raise kopf.AdmissionError(refusal_message(problems), code=400)
+
+
+Refusals = Callable[[kopf.Body], list[Problem]]
+
+
+def _serving_loop() -> SchedulingLoop | None:
+    """The loop whose cache the checks read, once it has listed everything
+    (before that, objects are admitted unchecked, as with the operator down)."""
+    loop = _RUNNING.get("loop")
+    return loop if isinstance(loop, SchedulingLoop) and loop.synced() else None
+
+
+def _fresh_queues(loop: SchedulingLoop) -> dict[str, Any]:
+    """Every Queue, listed from the API server now: a refusal is confirmed
+    against this, not against a cache a Queue created a moment ago may not be in yet."""
+    path = next(kind.path() for kind in WATCHED if kind.kind == "Queue")
+    items = loop.rest.call("GET", path).get("items") or []
+    return {str(item["metadata"]["name"]): item for item in items}
+
+
+def _confirmed(
+    loop: SchedulingLoop, check: Callable[[kopf.Body, Mapping[str, Any]], list[Problem]]
+) -> Refusals:
+    """`check(queues)` with the cache's Queues, then, if it refuses, with fresh ones."""
+
+    def refusals(body: kopf.Body) -> list[Problem]:
+        problems = check(body, loop.queue_objects())
+        return problems and check(body, _fresh_queues(loop))
+
+    return refusals
+
+
+def validate_queue(body: kopf.Body, warnings: list[str], **kwargs: Any) -> None:
+    """A Queue's parent exists, no cycle, children's quotas fit its parent's,
+    and its parent does not hold workloads (kai_ray.effects.admission_checks)."""
+    loop = _serving_loop()
+    if loop is None:
+        return
+    pod_groups = loop.pod_group_objects()
+    check = _confirmed(loop, lambda obj, queues: queue_refusals(obj, queues, pod_groups))
+    _judge("Queue", body, kwargs.get("old"), warnings, check)
+
+
+def validate_workload(body: kopf.Body, warnings: list[str], **kwargs: Any) -> None:
+    """A workload's queue exists, is a leaf and admits its namespace; a PodGroup's
+    spec holds together (no subgroup cycle)."""
+    loop = _serving_loop()
+    if loop is None:
+        return
+    scheduler = loop.scheduler
+    check = _confirmed(loop, lambda obj, queues: workload_refusals(obj, queues, scheduler))
+    _judge(str(body.get("kind")), body, kwargs.get("old"), warnings, check)
+
+
+def validate_topology(body: kopf.Body, warnings: list[str], **kwargs: Any) -> None:
+    """A Topology's level names are each used once, as a label or an alias."""
+    _judge("Topology", body, kwargs.get("old"), warnings, topology_refusals)
 
 
 @kopf.on.login()

@@ -201,6 +201,11 @@ class SchedulingLoop:
         with self.lock:
             return dict(self.cache.items(QUEUE))
 
+    def pod_group_objects(self) -> list[Mapping[str, Any]]:
+        """Every PodGroup object the cache holds."""
+        with self.lock:
+            return [obj for _, obj in self.cache.items(POD_GROUP)]
+
     def _current(self, kind: str, key: str) -> Mapping[str, Any] | None:
         with self.lock:
             return self.cache.get(kind, key)

@@ -177,9 +177,9 @@ def validate_group(
         group = validate(group_key(obj), obj)
     except ValidationError as err:
         return None, validation_problems(object_ref(obj, POD_GROUP), err)
-    queue_problem = _queue_problem(group.spec.queue, queues)
-    if queue_problem:
-        return None, [Problem(object_ref(obj, POD_GROUP), "spec.queue", queue_problem)]
+    problem = queue_problem(group.spec.queue, queues)
+    if problem:
+        return None, [Problem(object_ref(obj, POD_GROUP), "spec.queue", problem)]
     return group, []
 
 
@@ -217,7 +217,9 @@ def group_key(obj: Mapping[str, Any]) -> str:
     return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or NO_NAME}"
 
 
-def _queue_problem(queue: str, queues: QueueTree) -> str | None:
+def queue_problem(queue: str, queues: QueueTree) -> str | None:
+    """Why a workload may not use `queue` (missing from the tree, or not a leaf);
+    the tree and the validating webhook both ask it."""
     if queue not in queues:
         return f"queue {queue!r} does not exist (or was left out of the queue tree)"
     if not queues[queue].is_leaf:
