@@ -811,3 +811,31 @@ def test_two_documents_that_become_one_object_are_refused() -> None:
         str(problem)
         == "b.yaml: Queue team-a: metadata.name: written already, from a.yaml; keep one"
     )
+
+
+def test_children_over_their_parents_quota_are_a_change_kai_ray_refuses() -> None:
+    migration = run(
+        """
+        apiVersion: scheduling.run.ai/v2
+        kind: Queue
+        metadata: {name: dept}
+        spec: {resources: {gpu: {quota: 8, limit: -1, overQuotaWeight: 1}}}
+        ---
+        apiVersion: scheduling.run.ai/v2
+        kind: Queue
+        metadata: {name: a}
+        spec: {parentQueue: dept, resources: {gpu: {quota: 6, limit: -1, overQuotaWeight: 1}}}
+        ---
+        apiVersion: scheduling.run.ai/v2
+        kind: Queue
+        metadata: {name: b}
+        spec: {parentQueue: dept, resources: {gpu: {quota: 4, limit: -1, overQuotaWeight: 1}}}
+        """
+    )
+    over = [f for f in migration.findings if f.obj == "Queue dept" and f.changes_behaviour]
+    assert [(f.field, f.message.split(":")[0]) for f in over] == [
+        (
+            "spec.resources.gpu.quota",
+            "the quotas of its children (a, b) add up to 10 gpu, more than its quota of 8",
+        )
+    ]

@@ -12,12 +12,15 @@ the operator and the simulator accept. Pure: no I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
+from kai_ray.decisions.fairness import over_committed
+from kai_ray.state.queues import build_queue_tree
 from kai_ray.tools.migrate.findings import Finding, Findings
 from kai_ray.tools.migrate.podgroups import (
     KAI_POD_GROUP_API,
@@ -40,6 +43,7 @@ from kai_ray.values.api import API_KINDS, API_VERSION
 from kai_ray.values.config import SchedulerConfig
 from kai_ray.values.errors import InvalidFieldError, InvalidObjectError, Problem
 from kai_ray.values.names import QUEUE_LABEL, SCHEDULER_NAME
+from kai_ray.values.resources import Resources, canonical_name, short_name
 from kai_ray.values.validation import object_ref, parse_model
 
 KAI_GROUPS = ("scheduling.run.ai/", "kai.scheduler/")
@@ -92,7 +96,30 @@ def migrate(documents: Sequence[Document], scheduler_name: str = SCHEDULER_NAME)
     if problems:
         raise InvalidObjectError(problems)
     _default_queue(migration)
+    _children_over_parent(migration)
     return migration
+
+
+def _children_over_parent(migration: Migration) -> None:
+    """KAI accepts children whose quotas add up to more than their parent's; kai-ray's
+    webhook refuses them (the one judge: `over_committed`, below the top level)."""
+    queues = [d for d in migration.documents if d.get("kind") == "Queue"]
+    tree, _ = build_queue_tree(queues, {})
+    resources = {canonical_name(k) for node in tree.nodes.values() for k in node.spec.resources}
+    unbounded = Resources(dict.fromkeys(resources, math.inf))
+    for found in over_committed(tree, unbounded):
+        if found.parent is None:
+            continue  # the top level is judged against the cluster, at run time
+        message = (
+            f"the quotas of its children ({', '.join(found.children)}) add up to "
+            f"{found.quotas:g} {short_name(found.resource)}, more than its quota of "
+            f"{found.available:g}: kai-ray refuses such Queues when they are applied (KAI "
+            "accepts them); lower the children's quotas or raise this one"
+        )
+        field = f"spec.resources.{short_name(found.resource)}.quota"
+        migration.findings.append(
+            Finding("(inputs)", f"Queue {found.parent}", field, message, True)
+        )
 
 
 def _default_queue(migration: Migration) -> None:
