@@ -26,6 +26,7 @@ import kopf
 from kai_ray.effects.admission_checks import (
     deprecation_warnings,
     queue_refusals,
+    queue_warnings,
     refusal_message,
     topology_refusals,
     workload_refusals,
@@ -320,14 +321,17 @@ def _confirmed(
 
 
 def validate_queue(body: kopf.Body, warnings: list[str], **kwargs: Any) -> None:
-    """A Queue's parent exists, no cycle, children's quotas fit its parent's,
-    and its parent does not hold workloads (kai_ray.effects.admission_checks)."""
+    """No cycle of parents, children's quotas fit their parent's, and its parent
+    does not hold workloads (kai_ray.effects.admission_checks); a parent that
+    does not exist yet is a warning."""
     loop = _serving_loop()
     if loop is None:
         return
     pod_groups = loop.pod_group_objects()
     check = _confirmed(loop, lambda obj, queues: queue_refusals(obj, queues, pod_groups))
     _judge("Queue", body, kwargs.get("old"), warnings, check)
+    if queue_warnings(body, loop.queue_objects()):
+        warnings.extend(queue_warnings(body, _fresh_queues(loop)))
 
 
 def validate_workload(body: kopf.Body, warnings: list[str], **kwargs: Any) -> None:

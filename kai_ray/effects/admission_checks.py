@@ -1,8 +1,9 @@
 """What the validating webhook refuses: the checks one object's CEL rules cannot make.
 
 Each check asks the rule's one definition; none is written again here:
-- a Queue's spec (`spec_problems`), its parent existing and no cycle of parents
-  (`parent_problems`, the queue tree's `unreachable_queues`);
+- a Queue's spec (`spec_problems`) and no cycle of parents (`parent_problems`,
+  the queue tree's `unreachable_queues`); a parent that does not exist yet is a
+  warning, not a refusal (`queue_warnings`: trees are applied in any order);
 - children's quotas fitting their parent's (`over_committed`, the judge of the
   `QuotaOverCommitted` condition): per resource, when the parent has a quota of
   it, the sum of its children's quotas is at most that quota;
@@ -53,6 +54,8 @@ def queue_refusals(
 ) -> list[Problem]:
     """Why this Queue may not be written, among `queues` (every other Queue by
     name; its own old version may be there) and the cluster's PodGroups."""
+    if missing_parent(body, queues) is not None:
+        return spec_problems(QUEUE, body)  # admitted with a warning (`queue_warnings`)
     problems = spec_problems(QUEUE, body) or parent_problems(body, queues)
     if problems:
         return [_settled(p) for p in problems]
@@ -60,6 +63,26 @@ def queue_refusals(
     others = {other: obj for other, obj in queues.items() if other != name}
     tree, _ = build_queue_tree([*others.values(), body], {})
     return _quota_problems(body, tree) + _parent_holding_work(body, pod_groups)
+
+
+def missing_parent(body: Mapping[str, Any], queues: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The parent this Queue names when no Queue of that name exists (yet)."""
+    parent = (body.get("spec") or {}).get("parentQueue")
+    return parent if isinstance(parent, str) and parent not in queues else None
+
+
+def queue_warnings(body: Mapping[str, Any], queues: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """A parent that does not exist yet is not refused: declarative tools (Helm,
+    Argo CD, `kubectl apply -f` of a folder) write a tree's Queues in any order, even
+    at once. The Queue takes no workloads, and says so in its `Valid` condition,
+    until its parent is there."""
+    parent = missing_parent(body, queues)
+    if parent is None:
+        return []
+    return [
+        f"Queue {_name(body)!r}: spec.parentQueue: parent queue {parent!r} does not exist "
+        "yet; this queue takes no workloads until it does"
+    ]
 
 
 def _settled(problem: Problem) -> Problem:

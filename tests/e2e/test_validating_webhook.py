@@ -102,12 +102,6 @@ def test_each_rule_is_refused_with_its_object_field_and_reason(
     subgroup_cycle = [{"name": "head", "parent": "tail"}, {"name": "tail", "parent": "head"}]
     cases: list[tuple[str, dict[str, Any], str]] = [
         (
-            "a Queue whose parent does not exist",
-            queue(sandbox.name("orphan"), missing),
-            f'Queue "{sandbox.name("orphan")}": spec.parentQueue: '
-            f"parent queue '{missing}' does not exist",
-        ),
-        (
             "a Queue made its own grandchild",
             queue(dept, team_a, gpu=8),
             f'Queue "{dept}": spec.parentQueue: parent queues form a cycle',
@@ -172,11 +166,25 @@ def test_each_rule_is_refused_with_its_object_field_and_reason(
         assert "denied the request" in stderr, f"{what}: {stderr}"
         assert all(part in stderr for part in message.split("*")), f"{what}: {stderr}"
     # Nothing refused was written, and what is right still is.
-    assert sandbox.get("Queue", sandbox.name("orphan")) is None
     assert (sandbox.get("Queue", dept) or {})["spec"]["resources"]["gpu"]["quota"] == 8
     for obj in (pod("in-team-a", team_a, selector, gpus=1), queue(sandbox.name("team-c"), dept)):
         status, stderr = apply(sandbox, obj)
         assert status == 0, stderr
+
+
+def test_a_queue_whose_parent_does_not_exist_yet_is_admitted_with_a_warning(
+    sandbox: Sandbox, tree: dict[str, str]
+) -> None:
+    """Helm, Argo CD and `kubectl apply -f` of a folder write a tree's Queues in any
+    order, even at once: a parent not there yet is a warning, and the Queue says
+    it is not valid until the parent comes."""
+    orphan, later = sandbox.name("orphan"), sandbox.name("later")
+    status, stderr = apply(sandbox, queue(orphan, later))
+    assert status == 0, stderr
+    assert f"Warning: Queue '{orphan}': spec.parentQueue: parent queue '{later}' " in stderr
+    assert "does not exist yet" in stderr, stderr
+    status, stderr = apply(sandbox, queue(later))
+    assert status == 0 and "Warning" not in stderr, stderr
 
 
 def test_webhooks_fail_open_fast_and_pods_are_created_with_the_operator_stopped(

@@ -12,6 +12,7 @@ from kai_ray import controller
 from kai_ray.effects.admission_checks import (
     deprecation_warnings,
     queue_refusals,
+    queue_warnings,
     refusal_message,
     workload_refusals,
 )
@@ -118,3 +119,21 @@ def test_a_failing_check_admits() -> None:
         raise RuntimeError("a bug")
 
     controller._judge("Queue", kopf.Body(queue("a")), None, [], broken)
+
+
+def test_a_parent_that_does_not_exist_yet_is_a_warning_and_a_cycle_a_refusal() -> None:
+    """Trees are applied in any order (Helm writes a chart's Queues at once): a
+    missing parent is admitted with a warning; a cycle of parents is refused."""
+    queues = by_name(queue("dept"), queue("team", "dept"))
+    orphan = queue("orphan", "later")
+    assert queue_refusals(orphan, queues, []) == []
+    assert queue_warnings(orphan, queues) == [
+        "Queue 'orphan': spec.parentQueue: parent queue 'later' does not exist yet; "
+        "this queue takes no workloads until it does"
+    ]
+    assert queue_warnings(queue("team-b", "dept"), queues) == []
+    looped = queue("dept", "team")
+    refused = queue_refusals(looped, queues, [])
+    assert [p.field for p in refused] == ["spec.parentQueue"]
+    assert "cycle" in refused[0].message
+    assert queue_warnings(looped, queues) == []
