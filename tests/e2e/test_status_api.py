@@ -23,6 +23,7 @@ from tests.builders import make_node, make_pod, make_pod_group, make_queue
 from tests.unit.status_checks import merge_patch
 
 from .conftest import REPO, ControlPlane
+from .polling import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -72,15 +73,13 @@ def test_status_bodies_are_kept_whole_and_shown_by_kubectl(
     _apply(crds, group)
     queue_status, group_status = _statuses(team, namespace)
 
-    custom.patch_cluster_custom_object_status(
+    # What the API server answers each patch with is what it stored: a later read
+    # could see what the operator of this session wrote since, from its watch.
+    stored_queue = custom.patch_cluster_custom_object_status(
         GROUP, VERSION, "queues", team, {"status": queue_status}
     )
-    custom.patch_namespaced_custom_object_status(
+    stored_group = custom.patch_namespaced_custom_object_status(
         GROUP, VERSION, namespace, "podgroups", "train", {"status": group_status}
-    )
-    stored_queue = custom.get_cluster_custom_object(GROUP, VERSION, "queues", team)
-    stored_group = custom.get_namespaced_custom_object(
-        GROUP, VERSION, namespace, "podgroups", "train"
     )
     assert stored_queue["status"] == merge_patch({}, queue_status)
     assert stored_group["status"] == merge_patch({}, group_status)
@@ -88,7 +87,17 @@ def test_status_bodies_are_kept_whole_and_shown_by_kubectl(
     groups = crds.kubectl("get", "pg", "train", "-n", namespace).stdout.splitlines()
     assert groups[0].split()[:6] == ["NAME", "QUEUE", "PHASE", "MIN", "BOUND", "RUNNING"]
     assert groups[1].split()[:6] == ["train", team, "Pending", "4", "0", "0"]
-    assert "gang of 4" in groups[1]
+
+    def reason_shown() -> bool:
+        """The REASON column is the stored reason (ours, or the operator's since)."""
+        row = crds.kubectl("get", "pg", "train", "-n", namespace).stdout.splitlines()[1]
+        stored = custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "podgroups", "train"
+        )
+        return str(stored["status"]["reason"]) in row
+
+    assert "gang of 4" in str(group_status["reason"])
+    eventually(reason_shown, 30, "the stored reason shown by kubectl get pg")
     queues = crds.kubectl("get", "queues", team).stdout.splitlines()
     assert "PENDING" in queues[0]
     assert queues[1].split()[-6:-1] == ["100", "8", "0", "8", "1"]  # parent column empty
