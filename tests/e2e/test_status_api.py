@@ -100,7 +100,21 @@ def test_status_bodies_are_kept_whole_and_shown_by_kubectl(
     eventually(reason_shown, 30, "the stored reason shown by kubectl get pg")
     queues = crds.kubectl("get", "queues", team).stdout.splitlines()
     assert "PENDING" in queues[0]
-    assert queues[1].split()[-6:-1] == ["100", "8", "0", "8", "1"]  # parent column empty
+    # Priority, quota, allocated, fair share, pending (the parent column is empty):
+    # ours as patched, or the operator's own once it wrote its status over ours.
+    assert str(stored_queue["status"]["fairShare"]["gpu"]) == "8"
+
+    def queue_shown() -> bool:
+        row = crds.kubectl("get", "queues", team).stdout.splitlines()[1].split()[-6:-1]
+        status = custom.get_cluster_custom_object(GROUP, VERSION, "queues", team)["status"]
+        shown = [
+            str((status.get("allocated") or {}).get("gpu", "<none>")),
+            str((status.get("fairShare") or {}).get("gpu", "<none>")),
+            str(status.get("pendingWorkloads", "<none>")),
+        ]
+        return row[:2] == ["100", "8"] and row[2:] == shown
+
+    eventually(queue_shown, 30, "the stored queue status shown by kubectl get queues")
 
 
 def test_a_topology_keeps_its_status(crds: ControlPlane, admin_api: client.ApiClient) -> None:
