@@ -328,24 +328,12 @@ def gang_run(
 
 def quiet_cycle(nodes: int = 5000, pods: int = 20000) -> dict[str, float]:
     """A cycle with nothing to do, on the operator's cache with a full cluster."""
-    from bench.bench_placement import nodes as make_node_objects
+    from bench.bench_quiet import full_cache
     from kai_ray.decisions.cycle import run_cycle
     from kai_ray.decisions.totals import GroupTotals
-    from kai_ray.state.cache import ClusterCache
     from kai_ray.values.config import SchedulerConfig
-    from tests.builders import make_pod, make_pod_group, make_queue
 
-    cache = ClusterCache()
-    for node in make_node_objects(nodes):
-        cache.upsert(node, "Node")
-    cache.upsert(make_queue("root").build(), "Queue")
-    cache.upsert(make_queue("team").parent("root").gpu(quota=nodes * 8).build(), "Queue")
-    node_names = [key for key, _ in cache.items("Node")]
-    for i in range(pods):
-        node = node_names[i % len(node_names)]
-        pod = make_pod(f"p{i}").gpus(1).scheduler("kai-ray").group(f"g{i}").on(node).build()
-        cache.upsert(pod, "Pod")
-        cache.upsert(make_pod_group(f"g{i}").queue("team").min_member(1).build(), "PodGroup")
+    cache = full_cache(nodes, pods)
     config_ = SchedulerConfig()
     usage = None
     totals = GroupTotals()  # kept from cycle to cycle, as the operator keeps it

@@ -39,12 +39,11 @@ HERE = Path(__file__).resolve()
 FIGURES = ("nothing changed", "one pod added", "one pod finished", "one node cordoned")
 
 
-def measure(nodes: int, pods: int, repeat: int) -> dict[str, dict[str, float]]:
-    """Per figure: the best snapshot and cycle times in milliseconds."""
+def full_cache(nodes: int, pods: int) -> Any:
+    """A `ClusterCache` of `nodes` nodes of 8 GPUs, one team queue, and `pods` bound
+    single-GPU pods, each its own PodGroup (also `bench_operator.quiet_cycle`'s)."""
     from bench.bench_placement import nodes as make_node_objects
-    from kai_ray.decisions.cycle import run_cycle
     from kai_ray.state.cache import ClusterCache
-    from kai_ray.values.config import SchedulerConfig
     from tests.builders import make_pod, make_pod_group, make_queue
 
     cache = ClusterCache()
@@ -57,6 +56,17 @@ def measure(nodes: int, pods: int, repeat: int) -> dict[str, dict[str, float]]:
         pod = make_pod(f"p{i}").gpus(1).scheduler("kai-ray").group(f"g{i}").on(names[i % nodes])
         cache.upsert(pod.build(), "Pod")
         cache.upsert(make_pod_group(f"g{i}").queue("team").min_member(1).build(), "PodGroup")
+    return cache
+
+
+def measure(nodes: int, pods: int, repeat: int) -> dict[str, dict[str, float]]:
+    """Per figure: the best snapshot and cycle times in milliseconds."""
+    from kai_ray.decisions.cycle import run_cycle
+    from kai_ray.values.config import SchedulerConfig
+    from tests.builders import make_pod, make_pod_group
+
+    cache = full_cache(nodes, pods)
+    names = [key for key, _ in cache.items("Node")]
     config = SchedulerConfig()
     state: dict[str, Any] = {"usage": None, "cycle": 0}
     # The operator keeps the cycle's sums over every group from cycle to cycle

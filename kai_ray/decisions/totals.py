@@ -92,6 +92,9 @@ class GroupTotals:
     preemptible, and typed GPUs), exact, following the snapshots it is given."""
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
         self._groups: Mapping[str, PodGroupState] | None = None
         self._tree: object = None
         self._labels: object = None
@@ -113,7 +116,7 @@ class GroupTotals:
         # Node labels matter only to GPUs of the types a queue limits.
         relabelled = snapshot.labels is not self._labels and any(self._keys.values())
         if snapshot.queues is not self._tree or relabelled:
-            self.__init__()  # type: ignore[misc]
+            self._reset()
             self._tree = snapshot.queues
         self._labels = snapshot.labels
         if groups is self._groups:
