@@ -232,6 +232,23 @@ def operator(exports: dict[str, str], log: Path) -> Iterator[int]:
                 proc.kill()
 
 
+@contextlib.contextmanager
+def profiled(pid: int, out: str | None) -> Iterator[None]:
+    """py-spy recording the operator (all threads, GIL-idle ones left out) while
+    the block runs; nothing when not asked for or py-spy is not installed."""
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if not out or spy is None:
+        yield
+        return
+    args = [spy, "record", "--pid", str(pid), "--output", out, "--format", "raw"]
+    recorder = subprocess.Popen([*args, "--rate", "50"], stdout=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        recorder.send_signal(signal.SIGINT)
+        recorder.wait(60)
+
+
 def _ready(url: str) -> bool:
     import urllib.request
 
@@ -263,14 +280,18 @@ def live_figures(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         make_nodes(core, args.nodes)
         log = Path(tempfile.gettempdir()) / "kai-ray-bench-operator.log"
         os.environ["KUBECONFIG"] = exports["KUBECONFIG"]
-        with operator(exports, log) as pid:
-            bodies = [pod_body(f"p{i}", "kai-ray") for i in range(args.pods)]
-            figures["kai-ray"] = timed_run(core, "bench-kai", bodies, args.timeout, pid)
-            delete_namespace(core, "bench-kai")
-            mark = log.stat().st_size
-            figures["gang"] = gang_run(core, api, args.gang, args.timeout)
-            figures["gang"] |= cycles_that_bound(log, mark)
-            delete_namespace(core, "bench-gang")
+        with operator(exports, log) as pid, profiled(pid, args.py_spy):
+            if args.only in ("all", "kai-ray"):
+                bodies = [pod_body(f"p{i}", "kai-ray") for i in range(args.pods)]
+                figures["kai-ray"] = timed_run(core, "bench-kai", bodies, args.timeout, pid)
+                delete_namespace(core, "bench-kai")
+            if args.only in ("all", "gang"):
+                mark = log.stat().st_size
+                figures["gang"] = gang_run(core, api, args.gang, args.timeout)
+                figures["gang"] |= cycles_that_bound(log, mark)
+                delete_namespace(core, "bench-gang")
+        if args.only not in ("all", "kube-scheduler"):
+            return figures
         bodies = [pod_body(f"p{i}", "default-scheduler") for i in range(args.pods)]
         run = Path(ENV["KAI_RAY_E2E_RUN"])
         kube_scheduler = int((run / "pids" / "kube-scheduler.pid").read_text())
@@ -281,15 +302,17 @@ def live_figures(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     return figures
 
 
-CYCLE_LINE = re.compile(r"\[cycle (\d+)\] (\d+) bound, (\d+) waiting for evictions")
+CYCLE_LINE = re.compile(r"\[cycle (\d+)\] (\d+) bound, (\d+) binding in the back")
 
 
 def cycles_that_bound(log: Path, since: int) -> dict[str, float]:
-    """From the operator's log after byte `since`: how many cycles bound pods, and
-    the most one cycle bound (the gang is bound within one cycle when it is 1)."""
+    """From the operator's log after byte `since`: how many cycles bound pods (in
+    the cycle or handed to the writers), and the most one cycle bound (the gang is
+    bound within one cycle when it is 1)."""
     with log.open() as text:
         text.seek(since)
-        bound = [int(m.group(2)) for m in CYCLE_LINE.finditer(text.read()) if int(m.group(2))]
+        lines = CYCLE_LINE.finditer(text.read())
+        bound = [n for m in lines if (n := int(m.group(2)) + int(m.group(3)))]
     return {"cycles_binding": len(bound), "most_bound_in_one_cycle": max(bound, default=0)}
 
 
@@ -362,9 +385,21 @@ def main() -> None:
     parser.add_argument("--gang", type=int, default=512)
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--quiet-only", action="store_true")
+    parser.add_argument(
+        "--only",
+        choices=("all", "kai-ray", "gang", "kube-scheduler"),
+        default="all",
+        help="run one live figure (and no quiet cycle) when looking into one",
+    )
+    parser.add_argument(
+        "--py-spy",
+        metavar="FILE",
+        help="record the operator with py-spy (if installed) into FILE, as collapsed stacks",
+    )
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, {platform.python_version()}, {platform.machine()}")
-    print("quiet cycle:", quiet_cycle())
+    if args.only == "all":
+        print("quiet cycle:", quiet_cycle())
     if args.quiet_only or shutil.which("go") is None:
         return
     for name, row in live_figures(args).items():

@@ -21,7 +21,12 @@ The cycle decides; the binder makes it so, in the order a cluster needs:
    operator reads the pod as bound there, so no later cycle places anything on
    that room, nor evicts for it again), the cycle goes on, and a bind that does
    not happen in the end gives its reservation back (`unreserve`). One slow
-   eviction thus holds up neither the cycle nor any other gang's binds;
+   eviction thus holds up neither the cycle nor any other gang's binds. With
+   `submit` as well (the operator), every bind is made that way: reserved in
+   plan order, then each node's binds handed to the operator's writers, which
+   make them ahead of any status, Event or PodGroup creation. The next cycle
+   starts while they go out, and reads them as bound; `on_bound` and
+   `on_failed` hear how each ended;
 4. group statuses the plan states (staleness, nominations), persisted on the
    PodGroup so that the next cycle (or the next operator) reads them back.
 
@@ -34,6 +39,7 @@ No Kubernetes client here: the writer holds it.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -104,7 +110,8 @@ class ApplyReport:
     evicted: list[Evict] = field(default_factory=list)
     #: Binds not made, with the reason (a skipped coexistence check or a write error).
     failed: list[tuple[Bind, WriteResult]] = field(default_factory=list)
-    #: Binds reserved and left to wait for evicted pods to go, in the background.
+    #: Binds reserved and made in the background (those waiting for evicted pods
+    #: to go; every bind when the binder has `submit`).
     deferred: list[Bind] = field(default_factory=list)
     failed_evictions: list[tuple[Evict, WriteResult]] = field(default_factory=list)
 
@@ -130,6 +137,11 @@ class Binder:
     reserve: Callable[[Bind], None] | None = None
     #: Gives back a reservation whose bind did not happen.
     unreserve: Callable[[Bind], None] | None = None
+    #: Hands one node's binds to the writers (the operator's, binds first); with
+    #: `reserve`, `apply` then returns as soon as every bind is reserved.
+    submit: Callable[[Callable[[], None]], None] | None = None
+    #: Called after each bind that failed or was skipped, with why.
+    on_failed: Callable[[Bind, WriteResult], None] | None = None
     _background: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
     _waiting: list[Future[None]] = field(default_factory=list, init=False, repr=False)
 
@@ -150,6 +162,9 @@ class Binder:
             for binds, _ in (batch for batch in batches if batch[1]):
                 self._defer(binds, snapshot, report)
             batches = [batch for batch in batches if not batch[1]]
+        if self.reserve is not None and self.submit is not None:
+            self._hand_over([binds for binds, _ in batches], snapshot, report)
+            batches = []
         for done in self._map(lambda b: self._bind_all(b[0], b[1], snapshot), batches):
             for bind, result in done:
                 if result.ok:
@@ -175,14 +190,26 @@ class Binder:
         self._waiting = [f for f in self._waiting if not f.done()]
         self._waiting.append(self._background.submit(self._finish, binds, snapshot))
 
-    def _finish(self, binds: list[Bind], snapshot: Snapshot) -> None:
+    def _hand_over(
+        self, batches: list[list[Bind]], snapshot: Snapshot, report: ApplyReport
+    ) -> None:
+        """Every node's binds reserved now (plan order), then made by the writers."""
+        assert self.reserve is not None and self.submit is not None
+        for binds in batches:
+            for bind in binds:
+                self.reserve(bind)
+            report.deferred.extend(binds)
+        for binds in batches:
+            self.submit(functools.partial(self._finish, binds, snapshot, False))
+
+    def _finish(self, binds: list[Bind], snapshot: Snapshot, wait: bool = True) -> None:
         made: set[str] = set()
         try:
             for bind in binds:
-                if self._bind(bind, True, snapshot).ok:
+                if self._bind(bind, wait, snapshot).ok:
                     made.add(bind.pod)
         except Exception:
-            LOG.exception("deferred binds onto %s failed", binds[0].node)
+            LOG.exception("binds onto %s failed", binds[0].node)
             raise
         finally:
             for bind in binds:
@@ -256,12 +283,14 @@ class Binder:
         problem = self._room_problem(bind, wait)
         if problem is not None:
             result = WriteResult(Outcome.RETRY, f"bind to {bind.node} skipped: {problem}")
-            self.writer.record_event(_pod_ref(bind.pod), True, "FailedBinding", result.message)
+            self._failed(bind, result)
             return result
         pod = snapshot.pods.get(bind.pod)
         if pod is not None and ADMISSION_GATE in pod.scheduling_gates:
             lifted = self.writer.lift_gate(bind.pod, ADMISSION_GATE)
             if not lifted.ok:
+                if self.on_failed is not None:
+                    self.on_failed(bind, lifted)
                 return lifted
         result = self.writer.bind(bind, _bind_annotations(bind))
         if result.ok:
@@ -270,8 +299,13 @@ class Binder:
             message = f"Successfully assigned {bind.pod} to {bind.node}"
             self.writer.record_event(_pod_ref(bind.pod), False, "Scheduled", message)
         else:
-            self.writer.record_event(_pod_ref(bind.pod), True, "FailedBinding", result.message)
+            self._failed(bind, result)
         return result
+
+    def _failed(self, bind: Bind, result: WriteResult) -> None:
+        if self.on_failed is not None:
+            self.on_failed(bind, result)
+        self.writer.record_event(_pod_ref(bind.pod), True, "FailedBinding", result.message)
 
     def _room_problem(self, bind: Bind, wait: bool) -> str | None:
         if self.room is None:

@@ -18,18 +18,23 @@ Everything else in kai-ray is handed plain objects and never imports the client.
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import functools
+import itertools
 import json
 import logging
+import math
 import os
 import queue
 import threading
+import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import urllib3
 from kubernetes import client, config
-from kubernetes.watch.watch import iter_resp_lines
 
 from kai_ray.decisions.plan import Bind, Evict, GroupStatus
 from kai_ray.decisions.stale import stale_condition
@@ -71,14 +76,39 @@ def connect(kubeconfig: str | None = None, pool_size: int = 16) -> Rest:
 
 
 class Rest:
-    """Plain JSON requests through the client's connection and authentication.
+    """Plain JSON requests on the client's connection pool and credentials.
 
     kai-ray reads and writes plain objects; the client's generated models would
     decode every pod into Python objects (seconds at 20,000 pods) and refuse
-    some replies outright (a Binding's), so they are not used."""
+    some replies outright (a Binding's), so they are not used. Nor is the
+    client's request path: it serialises every body through its models' code
+    and reads the credentials again on each request, which in a burst of binds
+    costs more than the request. The credentials (a bearer token, which a
+    service account's file or an exec plugin renews) are read again every
+    `AUTH_REFRESH_S` seconds, and at once after a 401."""
+
+    AUTH_REFRESH_S = 30.0
 
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
+        self._pool = api.rest_client.pool_manager
+        self._host = str(api.configuration.host).rstrip("/")
+        self._auth: dict[str, str] = {}
+        self._auth_read = -math.inf
+        self._auth_lock = threading.Lock()
+
+    def _credentials(self, again: bool = False) -> dict[str, str]:
+        now = time.monotonic()
+        if again or now - self._auth_read > self.AUTH_REFRESH_S:
+            with self._auth_lock:
+                settings = self.api.configuration.auth_settings().values()
+                self._auth = {
+                    str(s["key"]): str(s["value"])
+                    for s in settings
+                    if s.get("in") == "header" and s.get("value")
+                }
+                self._auth_read = now
+        return self._auth
 
     def raw(
         self,
@@ -88,24 +118,32 @@ class Rest:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float = 30.0,
-    ) -> Any:
+    ) -> urllib3.BaseHTTPResponse:
         """The response, unread (for watches); raises ApiError for a refusal."""
-        params = [(k, v) for k, v in (query or {}).items() if v is not None]
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        request = self.api.param_serialize(
-            method,
-            path,
-            query_params=params,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response = self.api.call_api(*request, _request_timeout=timeout)
-        if not 200 <= response.status < 300:
-            data = response.read()  # type: ignore[no-untyped-call]
-            text = data.decode(errors="replace") if isinstance(data, bytes) else str(data)
-            raise ApiError(response.status, str(response.reason), text)
-        return response
+        params = {k: v for k, v in (query or {}).items() if v is not None}
+        url = self._host + path + (f"?{urllib.parse.urlencode(params)}" if params else "")
+        data = None if body is None else json.dumps(body).encode()
+        for attempt in (1, 2):
+            headers = {
+                "Accept": "application/json",
+                "Content-Type": content_type,
+                **self._credentials(again=attempt == 2),
+            }
+            response = self._pool.request(
+                method,
+                url,
+                body=data,
+                headers=headers,
+                preload_content=False,
+                timeout=urllib3.Timeout(total=timeout),
+            )
+            if 200 <= response.status < 300:
+                return response
+            text = response.read().decode(errors="replace")
+            response.release_conn()
+            if response.status != 401 or attempt == 2:
+                raise ApiError(response.status, str(response.reason), text)
+        raise AssertionError("unreachable")
 
     def call(
         self,
@@ -116,7 +154,11 @@ class Rest:
         content_type: str = "application/json",
     ) -> Any:
         """The decoded JSON reply; raises ApiError for a refusal."""
-        data = self.raw(method, path, query, body, content_type).read()
+        response = self.raw(method, path, query, body, content_type)
+        try:
+            data = response.read()
+        finally:
+            response.release_conn()
         return json.loads(data) if data else {}
 
 
@@ -237,13 +279,19 @@ class Informer(threading.Thread):
                     return
 
 
-def _events(response: Any) -> Iterator[dict[str, Any]]:
+def _events(response: urllib3.BaseHTTPResponse) -> Iterator[dict[str, Any]]:
+    """A watch's events as they arrive, one JSON object per line."""
+    rest = b""
     try:
-        for line in iter_resp_lines(response.response):  # type: ignore[no-untyped-call]
-            if line:
-                yield json.loads(line)
+        for chunk in response.stream(amt=None, decode_content=False):
+            *lines, rest = (rest + chunk).split(b"\n")
+            for line in lines:
+                if line.strip():
+                    yield json.loads(line)
+        if rest.strip():
+            yield json.loads(rest)
     finally:
-        response.response.release_conn()
+        response.release_conn()
 
 
 # ------------------------------------------------------------ one-off reads
@@ -626,14 +674,26 @@ def _time(text: str | None) -> dt.datetime | None:
 # ------------------------------------------------------------- writes in the back
 
 
+class Urgency(enum.IntEnum):
+    """Which background write goes first when several wait: binds, then the
+    PodGroups a status or a bind's gang needs, then statuses, then Events."""
+
+    BIND = 0
+    CREATE = 1
+    STATUS = 2
+    EVENT = 3
+
+
 class WriteBacklog:
-    """Writes that need not hold a cycle up (statuses, Events, PodGroup creation),
-    done by worker threads. A status queued for an object replaces one queued
-    before it and not yet written: only the latest is sent."""
+    """Writes made by worker threads, most urgent first (`Urgency`): binds, and
+    what need not hold a cycle up (statuses, Events, PodGroup creation). A status
+    queued for an object replaces one queued before it and not yet written: only
+    the latest is sent."""
 
     def __init__(self, workers: int, stop: threading.Event) -> None:
         self._stop = stop
-        self._queue: queue.Queue[tuple[str, str] | Callable[[], None]] = queue.Queue()
+        self._queue: queue.PriorityQueue[_Queued] = queue.PriorityQueue()
+        self._order = itertools.count()
         self._statuses: dict[tuple[str, str], Callable[[], None]] = {}
         self._lock = threading.Lock()
         self._threads = [
@@ -649,18 +709,21 @@ class WriteBacklog:
             queued = (kind, key) in self._statuses
             self._statuses[(kind, key)] = write
         if not queued:
-            self._queue.put((kind, key))
+            self._put(Urgency.STATUS, (kind, key))
 
-    def later(self, write: Callable[[], None]) -> None:
-        self._queue.put(write)
+    def later(self, write: Callable[[], None], urgency: Urgency = Urgency.EVENT) -> None:
+        self._put(urgency, write)
 
     def pending(self) -> int:
         return self._queue.qsize()
 
+    def _put(self, urgency: Urgency, item: tuple[str, str] | Callable[[], None]) -> None:
+        self._queue.put(_Queued(urgency, next(self._order), item))
+
     def _work(self) -> None:
         while not self._stop.is_set():
             try:
-                item = self._queue.get(timeout=0.5)
+                item = self._queue.get(timeout=0.5).item
             except queue.Empty:
                 continue
             if isinstance(item, tuple):
@@ -674,3 +737,11 @@ class WriteBacklog:
                 write()
             except Exception:
                 LOG.warning("a background write failed", exc_info=True)
+
+
+@dataclass(order=True, frozen=True)
+class _Queued:
+    urgency: Urgency
+    #: First come, first served within one urgency.
+    order: int
+    item: tuple[str, str] | Callable[[], None] = field(compare=False)

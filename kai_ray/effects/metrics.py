@@ -4,10 +4,11 @@
 snapshot, the `CycleResult`, the binder's `ApplyReport`, how long it took) and
 updates every metric: per-queue gauges (fair share, quota, limit, allocated,
 requested, per resource), pods pending and gangs waiting, the cycle duration
-histogram, counters of binds, bind failures and evictions, and the leader
-flag. `set_leader` keeps the flag true to life between cycles (a follower runs
-none). Per-queue and per-reason gauges are rebuilt whole each cycle, so a
-deleted queue's series go with it.
+histogram, counters of evictions, and the leader flag. Binds end in the back
+as often as in the cycle: `count_bind` counts each as it ends. `set_leader`
+keeps the flag true to life between cycles (a follower runs none). Per-queue
+and per-reason gauges are rebuilt whole each cycle, so a deleted queue's
+series go with it.
 
 `process_metrics()` is the one instance on prometheus-client's default
 registry (what the operator's metrics port serves); tests make their own on a
@@ -32,7 +33,7 @@ from kai_ray.decisions.cycle import CycleResult
 from kai_ray.decisions.fairness import limit_of, quota_of
 from kai_ray.decisions.plan import GroupStatus
 from kai_ray.decisions.totals import leaf_requests
-from kai_ray.effects.binder import ApplyReport
+from kai_ray.effects.binder import ApplyReport, WriteResult
 from kai_ray.state.queues import QueueTree
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.resources import CPU, GPU, MEMORY, Resources, canonical_name
@@ -204,10 +205,15 @@ class SchedulerMetrics:
         self._count_writes(report)
         self.state.replace(cycle_families(snapshot, result, report))
 
+    def count_bind(self, result: WriteResult) -> None:
+        """One bind's outcome, whenever it is known (in the cycle or the back)."""
+        if result.ok:
+            self.binds.inc()
+        else:
+            self.bind_failures.labels(result.outcome.value).inc()
+
     def _count_writes(self, report: ApplyReport) -> None:
-        self.binds.inc(len(report.bound))
-        for _, failure in report.failed:
-            self.bind_failures.labels(failure.outcome.value).inc()
+        """The cycle's evictions (binds are counted by `count_bind` as they end)."""
         for evict in report.evicted:
             self.evictions.labels(evict.reason).inc()
         for evict, _ in report.failed_evictions:
@@ -283,7 +289,7 @@ def _rolled_up(tree: QueueTree, per_leaf: Mapping[str, Resources]) -> dict[str, 
 
 
 def _pending_by_queue(snapshot: Snapshot, report: ApplyReport) -> Tally[tuple[str, ...]]:
-    bound = {bind.pod for bind in report.bound}
+    bound = {bind.pod for bind in (*report.bound, *report.deferred)}
     tally: Tally[tuple[str, ...]] = Tally()
     for pod in snapshot.pending_pods:
         if pod.key not in bound:

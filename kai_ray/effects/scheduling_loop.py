@@ -30,13 +30,14 @@ from kai_ray.decisions.cycle import CycleResult, run_cycle
 from kai_ray.decisions.plan import Bind, GroupStatus, Plan
 from kai_ray.decisions.totals import GroupTotals
 from kai_ray.decisions.usage import UsageState
-from kai_ray.effects.binder import ApplyReport, Binder, Outcome
+from kai_ray.effects.binder import DONE, ApplyReport, Binder, Outcome, WriteResult
 from kai_ray.effects.kube import (
     WATCHED,
     Informer,
     KubeWriter,
     LeaseElector,
     Rest,
+    Urgency,
     WriteBacklog,
 )
 from kai_ray.effects.metrics import process_metrics
@@ -91,13 +92,15 @@ class SchedulingLoop:
         self.binder = Binder(
             self.writer,
             room=self._room,
-            on_bound=self._assume,
+            on_bound=self._bound,
             parallelism=options.bind_parallelism,
             eviction_wait_s=options.eviction_wait_s,
             placeholder_owner=self._placeholder_owner,
             on_resumed=self._assume_resumed,
-            reserve=self._assume,
+            reserve=self._reserve,
             unreserve=self._forget,
+            submit=functools.partial(self.backlog.later, urgency=Urgency.BIND),
+            on_failed=self._bind_failed,
         )
         self.informers = [
             Informer(rest, kind, self._on_list, self._on_event, self.stop_event) for kind in WATCHED
@@ -222,10 +225,17 @@ class SchedulingLoop:
         with self.lock:
             self.cache.assume_resumed(kind, key, placed)
 
-    def _assume(self, bind: Bind) -> None:
-        devices = ",".join(str(d) for d in sorted(bind.gpu_devices))
+    def _reserve(self, bind: Bind) -> None:
         with self.lock:
-            self.cache.assume(bind.pod, bind.node, devices)
+            self.cache.reserve(bind.pod, bind.node, _devices(bind))
+
+    def _bound(self, bind: Bind) -> None:
+        with self.lock:
+            self.cache.assume(bind.pod, bind.node, _devices(bind))
+        self.metrics.count_bind(DONE)
+
+    def _bind_failed(self, bind: Bind, result: WriteResult) -> None:
+        self.metrics.count_bind(result)
 
     def _forget(self, bind: Bind) -> None:
         with self.lock:
@@ -283,7 +293,7 @@ class SchedulingLoop:
         self.metrics.record_cycle(snapshot, result, report, self.last_cycle_s, True, now=now)
         if result.plan.binds or result.plan.evictions or self.last_cycle_s > 1.0:
             LOG.info(
-                "[cycle %d] %d bound, %d waiting for evictions, %d evicted, %d admitted, "
+                "[cycle %d] %d bound, %d binding in the back, %d evicted, %d admitted, "
                 "%d failed in %.3fs (%s)",
                 self.cycles,
                 len(report.bound),
@@ -328,7 +338,7 @@ class SchedulingLoop:
                 self.cache.upsert({**body, "kind": POD_GROUP, "metadata": meta}, POD_GROUP)
                 self._created_groups.add(key)
         for key, body in bodies.items():
-            self.backlog.later(functools.partial(self._create_pod_group, key, body))
+            self.backlog.later(functools.partial(self._create_pod_group, key, body), Urgency.CREATE)
 
     def _create_pod_group(self, key: str, body: dict[str, Any]) -> None:
         result = self.writer.create_pod_group(body)
@@ -434,6 +444,10 @@ class SchedulingLoop:
         reason = str(body.get("reason") or "")
         if kind == POD_GROUP and reason and reason != before.get("reason"):
             self.writer.record_event(ref, True, "Unschedulable", reason)
+
+
+def _devices(bind: Bind) -> str:
+    return ",".join(str(d) for d in sorted(bind.gpu_devices))
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,9 @@ class ClusterCache:
             maxsize=1 << 20, ttl=assume_ttl_s, timer=self._clock
         )
         self._assumed_keys: set[str] = set()
+        #: Binds reserved and not made yet (queued behind others): they do not
+        #: expire; the bind's outcome turns them into an assumption or forgets them.
+        self._pinned: dict[str, Assumed] = {}
         #: Pods deleted before they were bound (`_leaving`): left out of the snapshot.
         self._leaving: set[str] = set()
         #: Node name -> keys of pods bound there (as stored or assumed).
@@ -140,6 +143,7 @@ class ClusterCache:
             (self._leaving.add if _leaving(obj) else self._leaving.discard)(key)
             if key in self._assumed_keys and pod_node(obj) is not None:
                 self._assumed.pop(key, None)  # the watch caught up with the bind
+                self._pinned.pop(key, None)
                 self._assumed_keys.discard(key)
         elif kind == NODE:
             self._node_changed(key, obj)
@@ -161,6 +165,7 @@ class ClusterCache:
             self._pod_changed(key)
             self._count_made(key, None)
             self._assumed.pop(key, None)
+            self._pinned.pop(key, None)
             self._assumed_keys.discard(key)
             self._leaving.discard(key)
         if self._objects[kind].pop(key, None) is not None:
@@ -281,9 +286,21 @@ class ClusterCache:
     # ------------------------------------------------------------ assuming
 
     def assume(self, key: str, node: str, devices: str = "") -> None:
-        """Read the pod as bound to `node` until the watch shows it (or the TTL ends)."""
+        """Read the pod as bound to `node` until the watch shows it (or the TTL,
+        counted from now, ends)."""
         self._unindex(key)
+        self._pinned.pop(key, None)
         self._assumed[key] = Assumed(node, devices)
+        self._assumed_keys.add(key)
+        self._pod_changed(key)
+        self._index(key)
+
+    def reserve(self, key: str, node: str, devices: str = "") -> None:
+        """Read the pod as bound to `node` while its bind waits to be made: no TTL
+        runs until `assume` (the bind made) or `forget_assumed` (it failed)."""
+        self._unindex(key)
+        self._assumed.pop(key, None)
+        self._pinned[key] = Assumed(node, devices)
         self._assumed_keys.add(key)
         self._pod_changed(key)
         self._index(key)
@@ -293,6 +310,7 @@ class ClusterCache:
         if key in self._assumed_keys:
             self._unindex(key)
             self._assumed.pop(key, None)
+            self._pinned.pop(key, None)
             self._assumed_keys.discard(key)
             self._pod_changed(key)
             self._index(key)
@@ -300,6 +318,8 @@ class ClusterCache:
     def _expire_assumed(self) -> None:
         self._assumed.expire()
         for key in [k for k in self._assumed_keys if k not in self._assumed]:
+            if key in self._pinned:
+                continue
             self._on_node_drop(key)
             self._assumed_keys.discard(key)
             self._pod_changed(key)
@@ -321,7 +341,7 @@ class ClusterCache:
     def pod(self, key: str) -> Obj | None:
         """The pod as the cycle reads it (an assumed bind included)."""
         obj = self._objects[POD].get(key)
-        assumed = self._assumed.get(key)
+        assumed = self._assumed.get(key) or self._pinned.get(key)
         if obj is None or assumed is None or pod_node(obj) is not None:
             return obj
         return _with_binding(obj, assumed)

@@ -477,7 +477,18 @@ def test_the_operator_schedules_a_gang_as_the_service_account(
         ("kai_ray_leader", ()): 1.0,
         ("kai_ray_binds_total", ()): 3.0,
     }
-    wait_for(lambda: _scrape(operator).items() >= wanted.items(), 30, f"metrics {wanted}")
+    seen: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+
+    def agrees() -> bool:
+        seen.clear()
+        seen.update(_scrape(operator))
+        return seen.items() >= wanted.items()
+
+    try:
+        wait_for(agrees, 30, f"metrics {wanted}")
+    except AssertionError as err:
+        got = {key: seen.get(key) for key in wanted}
+        raise AssertionError(f"{err}; last scrape: {got}\n{operator.output()[-4000:]}") from None
     refused = forbidden_lines(operator.output())
     assert not refused, "requests refused by RBAC:\n" + "\n".join(refused[:20])
 

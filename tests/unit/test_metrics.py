@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kai_ray.decisions.cycle import CycleResult, run_cycle
 from kai_ray.decisions.plan import Bind, Evict
-from kai_ray.effects.binder import ApplyReport, Outcome, WriteResult
+from kai_ray.effects.binder import DONE, ApplyReport, Outcome, WriteResult
 from kai_ray.effects.metrics import (
     NOT_TRIED,
     OTHER_REASON,
@@ -123,6 +123,11 @@ def test_binds_failures_and_evictions_are_counted_by_outcome_and_reason() -> Non
     )
     registry = CollectorRegistry()
     metrics = SchedulerMetrics(registry)
+    for _ in range(2):
+        # binds are counted as each ends (in the cycle or in the back), not per report
+        failures = (WriteResult(Outcome.RETRY, "409"), WriteResult(Outcome.PERMANENT))
+        for outcome in (DONE, DONE, *failures):
+            metrics.count_bind(outcome)
     metrics.record_cycle(cluster.snapshot, cluster.result, report, 0.5, True)
     metrics.record_cycle(cluster.snapshot, cluster.result, report, 0.003, False, now=1234.0)
     got = scrape(registry)
