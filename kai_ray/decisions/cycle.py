@@ -30,7 +30,13 @@ from kai_ray.decisions.reclaim import ReclaimAction
 from kai_ray.decisions.stale import StaleGangEvictionAction
 from kai_ray.decisions.totals import GroupTotals, cluster_capacity, leaf_requests
 from kai_ray.decisions.transaction import Transaction
-from kai_ray.decisions.usage import UsageState, drift_step, still_moving, usage_until
+from kai_ray.decisions.usage import (
+    UsageState,
+    drift_step,
+    occupying,
+    still_moving,
+    usage_until,
+)
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.config import SchedulerConfig
 from kai_ray.values.errors import InvalidObjectError, ObjectRef, Problem
@@ -108,6 +114,7 @@ def run_cycle(
     shares = fair_shares(snapshot.queues, demand, capacity, k, usage.queues)
     # 2. What every queue holds now; the actions grow it as they place jobs.
     ledger = held_ledger(snapshot, shares, totals)
+    opening = dict(ledger.allocated)
     plan = Plan(cycle=cycle)
     tx = Transaction(snapshot)
     ctx = CycleContext(snapshot, spec, shares, ledger, tx, plan, log, now, capacity)
@@ -118,15 +125,18 @@ def run_cycle(
         action.run(ctx)
     # 4. The plan binds what the transaction committed, less the pods it evicts (a
     #    moved pod is made again under another name: its new place is nominated).
-    #    Until the next cycle the queues hold what this one left them, which is the
-    #    rate usage grows at.
+    #    The queues hold what this one left them (the ledger); until the next cycle
+    #    they occupy what they held, evicted and deleting pods included, and the
+    #    binds that fit beside them: the rate usage grows at (binds onto room
+    #    still held wait for it and are not charged yet).
     evicted = {evict.pod for evict in plan.evictions}
     plan.binds.extend(b for b in ctx.transaction.binds() if b.pod not in evicted)
     # 5. With time-based fairness, fair shares drift while usage moves: a gang still
     #    waiting may get its turn though nothing else happens, so look again then.
-    if k > 0 and still_moving(before, usage) and waiting_gangs(snapshot.waiting_groups, tx):
+    occupied = occupying(snapshot, opening, plan.binds) if k > 0 else None
+    held = dataclasses.replace(usage, allocated=dict(ledger.allocated), occupied=occupied)
+    if k > 0 and still_moving(before, held) and waiting_gangs(snapshot.waiting_groups, tx):
         plan.wake_no_later_than(now + drift_step(spec))
     log.debug("%d binds, %d statuses", len(plan.binds), len(plan.statuses))
-    held = dataclasses.replace(usage, allocated=dict(ledger.allocated))
     over = tuple(over_committed(snapshot.queues, capacity))
     return CycleResult(plan, shares, held, over, demand)

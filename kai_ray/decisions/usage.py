@@ -22,7 +22,9 @@ amount (`Interval`), coalesced and at most `MAX_INTERVALS` long (the shortest
 neighbours are merged at their average rate). The cycle returns it and the
 caller hands it back next cycle; the operator persists it in
 `Queue.status.usageHistory` so that a restart loses nothing. Allocations are
-taken as constant between two cycles, which makes the integral exact.
+taken as constant between two cycles, which makes the integral exact. What a
+queue is charged for until the next cycle is what it occupies on the nodes
+(`occupying`): an evicted pod until it is gone, a bind once its room is free.
 `usage_until` brings a cycle's usage up to its `now`; with `k: 0` nothing is
 recorded. While usage moves, fair
 shares drift without any event: `drift_step` and `still_moving` tell the cycle
@@ -40,10 +42,11 @@ from datetime import UTC, datetime
 
 from croniter import croniter
 
+from kai_ray.decisions.plan import Bind
 from kai_ray.state.queues import UsageInterval as Interval
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.config import SchedulerConfigSpec, TimeBasedFairness, duration_seconds
-from kai_ray.values.resources import Resources
+from kai_ray.values.resources import GPU, Resources
 
 Amounts = Mapping[str, float]
 #: Intervals kept per queue; older neighbours are merged beyond this.
@@ -64,6 +67,15 @@ class UsageState:
     updated_s: float | None = None
     #: What the queues shared at the last update (the capacity until the next).
     capacity: Resources = field(default_factory=Resources)
+    #: queue -> what it occupies on the nodes until the next cycle (`occupying`):
+    #: pods being deleted count, binds still waiting for their room do not. None:
+    #: `allocated` (what the ledger says the queue holds) is the rate.
+    occupied: Mapping[str, Resources] | None = None
+
+    @property
+    def rates(self) -> Mapping[str, Resources]:
+        """What each queue's usage grows at until the next update."""
+        return self.allocated if self.occupied is None else self.occupied
 
 
 # ----------------------------------------------------------------- the window
@@ -198,15 +210,16 @@ def queue_usage(
 
 def advance_usage(previous: UsageState, now: float, params: TimeBasedFairness) -> UsageState:
     """The usage at `now`: the interval since the last update, during which each
-    queue held what `previous.allocated` says of the cluster `previous.capacity`,
+    queue held what `previous.rates` says of the cluster `previous.capacity`,
     added to each queue's history, and every usage taken again over the window."""
     since = window_start(params, now)
     start = previous.updated_s if previous.updated_s is not None else now
-    names = sorted(set(previous.history) | set(previous.allocated))
+    rates = previous.rates
+    names = sorted(set(previous.history) | set(rates))
     idle = _idle(previous.history)
     history = {}
     for name in names:
-        held = previous.allocated.get(name, Resources())
+        held = rates.get(name, Resources())
         interval = Interval(max(start, since), now, held, previous.capacity)
         kept = extended(previous.history.get(name, idle), interval, since)
         if kept:
@@ -256,6 +269,50 @@ def usage_until(
     return dataclasses.replace(advanced, capacity=capacity)
 
 
+def occupying(
+    snapshot: Snapshot, opening: Mapping[str, Resources], binds: Sequence[Bind]
+) -> dict[str, Resources]:
+    """What each queue (and ancestor) occupies on the nodes until the next cycle, the
+    rate its usage grows at: what it held as the cycle opened (`opening`), pods
+    being deleted and pods this cycle evicts included, since they keep their node
+    until they are gone; plus this cycle's binds that fit beside them. A group's
+    binds onto room that leaving pods still hold wait for it (pipelined), so the
+    queue that will get the room is not charged for it before it has it, nor the
+    queue still on it let off: charging the wrong one makes the fair shares swing
+    every cycle of a termination grace, and the room goes to whichever queue the
+    last swing favoured (issue 19: the oscillating example missed its first
+    hand-over with a grace of 2, 4 or 6 s, not 1, 3 or 5)."""
+    rates = dict(opening)
+    room: dict[str, Resources] = {}
+    by_group: dict[str, list[Bind]] = {}
+    for bind in binds:
+        by_group.setdefault(bind.group, []).append(bind)
+    for group, members in by_group.items():
+        needs: dict[str, Resources] = {}
+        for bind in members:
+            needs[bind.node] = needs.get(bind.node, Resources()) + _holds(snapshot, bind)
+        free = {node: room[node] if node in room else _free(snapshot, node) for node in needs}
+        if not all(need.fits_in(free[node]) for node, need in needs.items()):
+            continue  # pipelined: it waits for the room of pods still on the node
+        room.update({node: free[node] - need for node, need in needs.items()})
+        leaf = snapshot.pod_groups[group].queue
+        for name in (leaf, *snapshot.queues.ancestors(leaf)):
+            for need in needs.values():
+                rates[name] = rates.get(name, Resources()) + need
+    return rates
+
+
+def _holds(snapshot: Snapshot, bind: Bind) -> Resources:
+    """What a bound pod holds, a GPU share as a part of a GPU (as `used` counts it)."""
+    return snapshot.pods[bind.pod].requests + {GPU: bind.gpu_fraction}
+
+
+def _free(snapshot: Snapshot, node: str) -> Resources:
+    """The node's free room as the snapshot read it: pods being deleted still hold theirs."""
+    row = snapshot.free[snapshot.node_index[node]]
+    return Resources(dict(zip(snapshot.resource_names, map(float, row), strict=True)))
+
+
 def persisted_history(snapshot: Snapshot) -> dict[str, tuple[Interval, ...]]:
     """Each queue's history as its status last persisted it."""
     return {
@@ -284,8 +341,14 @@ def drift_step(spec: SchedulerConfigSpec) -> float:
 
 
 def still_moving(before: UsageState | None, after: UsageState) -> bool:
-    """Whether some queue's usage moved since the last cycle (always, after a start)."""
+    """Whether some queue's usage moved since the last cycle (always, after a start),
+    or will: a queue whose rate changed moves from now on, though its usage may not
+    have moved yet (a queue that keeps its node one more cycle, its pod being evicted,
+    has usage 1 at both cycles; if nothing looked again it would keep the
+    fair share of a queue that has used everything)."""
     if before is None or before.updated_s is None:
+        return True
+    if _nonzero(before.rates) != _nonzero(after.rates):
         return True
     names = set(before.queues) | set(after.queues)
     for name in names:
@@ -293,3 +356,8 @@ def still_moving(before: UsageState | None, after: UsageState) -> bool:
         if any(abs(new.get(r, 0.0) - old.get(r, 0.0)) > SETTLED for r in set(old) | set(new)):
             return True
     return False
+
+
+def _nonzero(allocated: Mapping[str, Resources]) -> dict[str, Resources]:
+    """The rates queues hold, queues holding nothing left out (absent and zero agree)."""
+    return {name: amount for name, amount in allocated.items() if any(amount.values())}

@@ -11,11 +11,16 @@ Two cases of KAI's own time-based fair-share simulator, run through `kai-ray sim
 `kai_sample_model` is a small model of how KAI's simulator counts usage (one sample
 a second, decayed within the window, divided by the capacity of the same samples)
 and divides the node, reacting `lag` samples after a fair share changes.
+
+An evicted pod keeps its node for its termination grace (`sim.kai-ray.io/termination-grace`)
+and its queue is charged for it until it is gone: the node changes hands, and usage
+with it, one cycle plus the grace after the fair share does, which is the model with
+`lag = grace + 1` for every grace. KAI's harness keeps the first queue on the node for
+3 samples, so the comparison with KAI's run uses a grace of 2 s.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from pathlib import Path
@@ -45,7 +50,9 @@ def _queue(name: str, parent: str | None = None, **gpu: float) -> dict[str, Any]
     }
 
 
-def _jobs(queue: str, count: int, gpus: int) -> list[dict[str, Any]]:
+def _jobs(queue: str, count: int, gpus: int, grace: str = "0s") -> list[dict[str, Any]]:
+    """`count` PodGroups of one pod of `gpus` GPUs that never finish; evicted, each pod
+    takes `grace` to go (the simulator's default of 30 s would delay every hand-over)."""
     objects: list[dict[str, Any]] = []
     for i in range(count):
         name = f"{queue}-{i}"
@@ -53,10 +60,7 @@ def _jobs(queue: str, count: int, gpus: int) -> list[dict[str, Any]]:
             {
                 "apiVersion": "scheduling.kai-ray.io/v1alpha1",
                 "kind": "PodGroup",
-                # Renewed for issue 13: evicted pods go at once here, as they did when
-                # these figures were measured against KAI's model of its samples (the
-                # simulator's default grace of 30 s would delay every handover by 30 s).
-                "metadata": {"name": name, "annotations": {SIM_TERMINATION_GRACE: "0s"}},
+                "metadata": {"name": name, "annotations": {SIM_TERMINATION_GRACE: grace}},
                 "spec": {"queue": queue, "minMember": 1},
             }
         )
@@ -189,34 +193,63 @@ def test_the_sample_model_with_kais_reaction_time_switches_where_kai_does() -> N
 # ------------------------------------------------------------------- the cases
 
 
-@pytest.fixture(scope="module")
-def oscillating(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def _oscillating(tmp_path: Path, grace: str, until: int) -> dict[str, Any]:
+    """KAI's oscillating example, each pod taking `grace` to go when evicted."""
     objects = [
         _config(1, "128s", "256s"),
         _pool(1, 16),
         _queue("test-department"),
         _queue("test-queue1", "test-department"),
         _queue("test-queue2", "test-department"),
-        *_jobs("test-queue1", 2, 16),
-        *_jobs("test-queue2", 2, 16),
+        *_jobs("test-queue1", 2, 16, grace),
+        *_jobs("test-queue2", 2, 16, grace),
     ]
-    return _simulate(tmp_path_factory.mktemp("oscillating"), objects, "1024s")
+    return _simulate(tmp_path, objects, f"{until}s")
 
 
-def test_the_node_changes_hands_as_old_usage_leaves_the_window(oscillating: dict[str, Any]) -> None:
+@pytest.fixture(scope="module")
+def oscillating(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    # KAI's harness keeps the first queue on the node for 3 samples: 1 s to the
+    # eviction, 2 s of grace.
+    return _oscillating(tmp_path_factory.mktemp("oscillating"), "2s", 1024)
+
+
+def _mean_difference(ours: list[float], model: list[int]) -> float:
+    differences = [abs(a - b) for a, b in zip(ours, model, strict=True)]
+    return sum(differences) / len(differences)
+
+
+def test_the_node_changes_hands_where_kai_gives_it(oscillating: dict[str, Any]) -> None:
     switches = _switches(_series(oscillating, "test-queue1", "allocated", 1024))
-    assert switches == [1, 30, 270, 510, 750, 990]
-    # After the first two, the switches are a window apart, as in KAI's run.
-    ours = [b - a for a, b in itertools.pairwise(switches[1:])]
-    kai = [b - a for a, b in itertools.pairwise(KAI_SWITCHES[1:])]
-    assert all(abs(o - k) <= 8 for o, k in zip(ours[: len(kai)], kai, strict=True))
+    assert switches == [3, 80, 322, 564, 806]
+    assert all(abs(o - k) <= 4 for o, k in zip(switches, KAI_SWITCHES, strict=True))
 
 
 def test_the_fair_shares_are_those_of_kais_sample_model(oscillating: dict[str, Any]) -> None:
+    """Issue 19's acceptance asks for a mean difference within 1.5 GPUs; 0.08 measured."""
     shares = _series(oscillating, "test-queue1", "fair_share", 1024)
-    model, _ = kai_sample_model(lag=1)
-    differences = [abs(a - b) for a, b in zip(shares, model, strict=True)]
-    assert sum(differences) / len(differences) <= 0.25
+    model, _ = kai_sample_model(lag=3)
+    assert _mean_difference(shares, model) <= 0.1
+
+
+@pytest.mark.parametrize("grace", [1, 2, 4])
+def test_a_queue_is_charged_for_its_evicted_pod_until_the_pod_is_gone(
+    tmp_path: Path, grace: int
+) -> None:
+    """While the evicted pod holds the node, its queue is charged and the waiting
+    queue is not: the fair shares stay put and the node goes to the waiting queue
+    when the pod is gone, whatever the grace. Before, the room was charged to the
+    queue pipelined onto it while the evicted pod still held it: the shares swung
+    every second of the grace and the room went to whichever queue the last swing
+    favoured (with a grace of 2 or 4 s, back to the queue that had it)."""
+    until = 400
+    report = _oscillating(tmp_path, f"{grace}s", until)
+    allocated = _series(report, "test-queue1", "allocated", until)
+    model_shares, model_allocated = kai_sample_model(lag=grace + 1, samples=until)
+    assert _switches(allocated)[0] == grace + 1
+    assert allocated == model_allocated
+    shares = _series(report, "test-queue1", "fair_share", until)
+    assert _mean_difference(shares, model_shares) <= 0.15  # 0.12 measured (0.08 over 1,024 s)
 
 
 @pytest.mark.parametrize(("k", "steady"), [(0, 40), (1, 43), (2, 44)], ids=["k0", "k1", "k2"])
