@@ -46,8 +46,8 @@ from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.ordering import group_priority, waiting_gangs
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.plan import Evict, GroupStatus, Nominate
-from kai_ray.decisions.transaction import Transaction
-from kai_ray.decisions.victims import newest_first
+from kai_ray.decisions.transaction import MemoKey, Transaction
+from kai_ray.decisions.victims import Vector, newest_first
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import total_requests
 from kai_ray.values.config import SchedulerConfigSpec
@@ -95,9 +95,27 @@ def consolidation_for(ctx: CycleContext, group: PodGroupState) -> list[PodGroupS
 
 def fits_in_total(ctx: CycleContext, request: Resources) -> bool:
     """The request fits the free resources of the schedulable nodes added up."""
-    tx, snapshot = ctx.transaction, ctx.snapshot
-    free = np.where(snapshot.schedulable[:, None], np.maximum(tx.free, 0.0), 0.0).sum(axis=0)
-    return bool(np.all(snapshot.vector(request) <= free + EPSILON))
+    free = total_free(ctx.transaction)
+    return bool(np.all(ctx.snapshot.vector(request) <= free + EPSILON))
+
+
+#: Per transaction version: the free resources of the schedulable nodes added up.
+TOTAL_FREE = MemoKey[Vector]("total free")
+
+
+def total_free(tx: Transaction) -> Vector:
+    """`summed_free`, once per transaction version (equal versions, equal free room):
+    every waiting gang is judged against it, and with a deep backlog most are
+    judged while nothing changes."""
+    return tx.memo.get(TOTAL_FREE, tx.version, lambda: summed_free(tx))
+
+
+def summed_free(tx: Transaction) -> Vector:
+    """The free resources of the schedulable nodes added up (read only: shared)."""
+    schedulable = tx.snapshot.schedulable[:, None]
+    free: Vector = np.where(schedulable, np.maximum(tx.free, 0.0), 0.0).sum(axis=0)
+    free.setflags(write=False)
+    return free
 
 
 def movable_gangs(ctx: CycleContext, target: PodGroupState) -> list[PodGroupState]:

@@ -16,7 +16,11 @@
    even when its node was not used;
 4. `record`: the evictions and the job's status into the plan;
 5. `release_terminating`, before any action: pods being deleted give their
-   room back in the transaction (pipelining), and are never victims again.
+   room back in the transaction (pipelining), and are never victims again;
+6. `Refusals`: an attempt that changed nothing is kept by everything it read
+   (the transaction's and the ledger's versions, and the job as placement,
+   admission and the victim search read it), so an equal job later in the
+   same run is answered without a second search.
 Choosing victims is a pure function (`victims.py`); issuing the evictions is
 this module's. Pure: no I/O.
 """
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,7 +44,7 @@ from kai_ray.decisions.ordering import (
     group_priority,
     waiting_gangs,
 )
-from kai_ray.decisions.placement import place_gang
+from kai_ray.decisions.placement import equivalence, place_gang
 from kai_ray.decisions.placement.filters import static_mask
 from kai_ray.decisions.plan import Evict
 from kai_ray.decisions.runtime import Protection, started_at
@@ -117,6 +121,8 @@ def whole_gangs(chosen: Sequence[VictimUnit], units: Sequence[VictimUnit]) -> li
 
 
 def _everything(units: Sequence[VictimUnit], budget: Budget) -> list[VictimUnit]:
+    if budget.refuses_every(units):
+        return []  # each `take` below would be refused
     return [unit for unit in units if budget.take([unit])]
 
 
@@ -222,6 +228,53 @@ def release_terminating(ctx: CycleContext) -> list[PodState]:
     if refused is not None:
         raise RuntimeError(f"taking back releasing pods was refused: {refused}")
     return [pod for pod, _ in releasing]
+
+
+class Refusals:
+    """The jobs one run of an evicting action tried and made no room for, kept by
+    everything the attempt reads (`refusal_key`), with the wake-up it asked for.
+
+    With a deep backlog most jobs wait behind others of the same shape in the
+    same queue; while nothing is placed or booked, such a job meets the same
+    transaction, ledger, victims, budget and admission as the first, so it is
+    refused the same way, and asks for the same wake-up. An attempt is kept
+    only when it left the transaction and the ledger at their versions and
+    evicted nobody. A wake-up is kept only when the attempt moved the plan's
+    (one asked for no earlier than the plan's is a no-op now and later, since
+    `wake_at` only comes earlier)."""
+
+    def __init__(self) -> None:
+        self._known: dict[Hashable, float | None] = {}
+
+    def attempt(self, ctx: CycleContext, candidate: Candidate, attempt: Callable[[], None]) -> None:
+        """`attempt()`, unless an equal job was refused at the same state."""
+        key = refusal_key(ctx, candidate)
+        if key is not None and key in self._known:
+            wake = self._known[key]
+            if wake is not None:
+                ctx.plan.wake_no_later_than(wake)
+            return
+        tx, ledger, plan = ctx.transaction, ctx.ledger, ctx.plan
+        before = (tx.version, ledger.version, len(plan.evictions))
+        wake_at = plan.wake_at
+        attempt()
+        if key is not None and (tx.version, ledger.version, len(plan.evictions)) == before:
+            self._known[key] = plan.wake_at if plan.wake_at != wake_at else None
+
+
+def refusal_key(ctx: CycleContext, candidate: Candidate) -> Hashable | None:
+    """What an evicting action's attempt reads: the state (the transaction's version
+    names its free room, placements and evictions; the ledger's, what the queues
+    hold), the job's queue, namespace, priority and preemptibility (admission,
+    the victims' queues and priorities), its request (the budget), and what
+    placement reads of it (`equivalence.signature`, which also gives `job_need`'s
+    pods and their node filters). None for a job placement has no signature for."""
+    tx, group = ctx.transaction, candidate.group
+    placement = equivalence.signature(tx, group)
+    if placement is None:
+        return None
+    job = (group.queue, group.namespace, candidate.priority, group.spec.preemptible)
+    return (tx.version, ctx.ledger.version, job, candidate.request, placement)
 
 
 def waiting_candidates(ctx: CycleContext) -> WaitingJobs:

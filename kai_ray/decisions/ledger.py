@@ -25,18 +25,24 @@ class QueueLedger:
     non_preemptible: dict[str, Resources] = field(default_factory=dict)
     #: GPUs by per-type key (`nvidia.com/gpu.product=H100`); only limits read these.
     typed: dict[str, Resources] = field(default_factory=dict)
+    #: A new number for every change through `add` and `add_typed`: equal versions
+    #: of one ledger mean equal holdings (what an action kept from an attempt is
+    #: known to hold only while the ledger is at the same version).
+    version: int = 0
 
     def path(self, leaf: str) -> tuple[str, ...]:
         """The leaf and its ancestors, leaf first."""
         return (leaf, *self.tree.ancestors(leaf))
 
     def add(self, leaf: str, amount: Resources, preemptible: bool) -> None:
+        self.version += 1
         for name in self.path(leaf):
             self.allocated[name] = self.held(name) + amount
             if not preemptible:
                 self.non_preemptible[name] = self.held_non_preemptible(name) + amount
 
     def add_typed(self, leaf: str, amount: Resources) -> None:
+        self.version += 1
         for name in self.path(leaf):
             self.typed[name] = self.held_typed(name) + amount
 

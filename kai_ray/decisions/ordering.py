@@ -149,23 +149,28 @@ class WaitingJobs:
 
     def __init__(self, candidates: Iterable[Candidate] = ()) -> None:
         self._by_queue: dict[str, list[Candidate]] = {}
-        #: Per queue: the `queue_key` last worked out, with the holdings and request it
-        #: was worked out from. Ledger holdings are immutable vectors, replaced when
-        #: they change, so the same objects mean the same key (the fair shares and
-        #: the tree do not change within a cycle).
-        self._keys: dict[str, tuple[Resources, Resources, tuple[object, ...]]] = {}
+        #: Per queue: the holdings its keys were worked out from, and its `queue_key`
+        #: per request asked (by value: jobs of one shape ask equal requests). Ledger
+        #: holdings are immutable vectors, replaced when they change, so the same
+        #: object means the same keys (the fair shares and the tree do not change
+        #: within a cycle).
+        self._keys: dict[str, tuple[Resources, dict[Resources, tuple[object, ...]]]] = {}
         for candidate in candidates:
             self.add(candidate)
 
     def key_of(self, ledger: QueueLedger, name: str, request: Resources) -> tuple[object, ...]:
-        """`queue_key`, worked out again only when the queue's holdings or the request changed."""
+        """`queue_key`, worked out again only when the queue's holdings changed or it
+        is asked with a request it was not asked with since."""
         held, kept = ledger.allocated.get(name), self._keys.get(name)
         if held is None:
             return queue_key(ledger, name, request)
-        if kept is None or kept[0] is not held or kept[1] is not request:
-            kept = (held, request, queue_key(ledger, name, request))
+        if kept is None or kept[0] is not held:
+            kept = (held, {})
             self._keys[name] = kept
-        return kept[2]
+        key = kept[1].get(request)
+        if key is None:
+            key = kept[1][request] = queue_key(ledger, name, request)
+        return key
 
     def add(self, candidate: Candidate) -> None:
         bisect.insort(self._by_queue.setdefault(candidate.queue, []), candidate, key=job_key)

@@ -19,9 +19,12 @@ uses, so preemption never moves resources between queues. Pure: no I/O.
 
 from __future__ import annotations
 
+import functools
+
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.eviction import (
+    Refusals,
     admission_refusal,
     ask_to_wake,
     evict_to_fit,
@@ -40,8 +43,9 @@ class PreemptAction:
 
     def run(self, ctx: CycleContext) -> None:
         waiting = waiting_candidates(ctx)
+        refusals = Refusals()
         while (candidate := take_next(ctx.ledger, waiting)) is not None:
-            self.attempt(ctx, candidate)
+            refusals.attempt(ctx, candidate, functools.partial(self.attempt, ctx, candidate))
 
     def attempt(self, ctx: CycleContext, candidate: Candidate) -> None:
         queue, priority = candidate.queue, candidate.priority

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.eviction import (
+    Refusals,
     admission_refusal,
     ask_to_wake,
     evict_to_fit,
@@ -167,6 +168,36 @@ class FairShareBudget(Budget):
                 taken[r] = taken.get(r, 0.0) + amount
         return True
 
+    def refuses_every(self, units: Sequence[VictimUnit]) -> bool:
+        """Nothing taken yet, and every unit refused on its own: then every set of
+        them is refused, and nothing is ever taken. Exact: with nothing taken,
+        `_may_lose` only refuses more as the amount grows (each of its tests bounds
+        the amount, or what is left once it is gone, from one side), and a set
+        takes from each queue at least what any one of its units takes (requests
+        are never negative); so the first `take` is refused, nothing is counted as
+        taken, and every later one is refused alike. Judged per victim leaf on the
+        least any of its units asks in each resource (a bound from below); unit
+        by unit only where that bound does not settle it."""
+        if self.taken:
+            return False
+        by_leaf: dict[str, list[VictimUnit]] = {}
+        for unit in units:
+            by_leaf.setdefault(unit.queue, []).append(unit)
+        return all(self._refuses_each(leaf, found) for leaf, found in by_leaf.items())
+
+    def _refuses_each(self, leaf: str, units: Sequence[VictimUnit]) -> bool:
+        """Each of the leaf's units refused on its own, with nothing taken."""
+        least = {r: min(unit.requests[r] for unit in units) for r in self.asked}
+        if not self._may_lose_alone(leaf, least):
+            return True
+        return all(not self._may_lose_alone(leaf, unit.requests) for unit in units)
+
+    def _may_lose_alone(self, leaf: str, requests: Mapping[str, float]) -> bool:
+        """What `take` judges of one unit of the leaf asking `requests`."""
+        side, _ = self._victim_side(leaf)
+        amounts = {r: 0.0 + requests[r] for r in self.asked}
+        return all(self._may_lose(q, amounts) for q in side)
+
     def _victim_side(self, victim_leaf: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The victim's queues judged against this reclaimer (below their common
         ancestor), and the resources contested where the two paths meet among
@@ -229,8 +260,11 @@ class ReclaimAction:
         if waiting.empty():
             return  # no job to reclaim for: skip summing every live pod
         contested = contested_resources(ctx.snapshot.pod_groups, ctx.capacity, ctx.ledger)
+        refusals = Refusals()
         while (candidate := take_next(ctx.ledger, waiting)) is not None:
-            self.attempt(ctx, candidate, contested)
+            refusals.attempt(
+                ctx, candidate, functools.partial(self.attempt, ctx, candidate, contested)
+            )
 
     def attempt(self, ctx: CycleContext, candidate: Candidate, contested: Contested) -> None:
         group = candidate.group

@@ -102,6 +102,12 @@ class Budget:
         """Whether all of `units` may go (and, if so, count them as gone)."""
         return True
 
+    def refuses_every(self, units: Sequence[VictimUnit]) -> bool:
+        """True only when `take` will refuse every non-empty set of `units`, now and
+        after: the search then gives up without weighing a node (with a deep
+        backlog most jobs meet a budget that lets nobody go). False when unsure."""
+        return False
+
 
 def victim_units(group: PodGroupState, priority: int, started: str) -> list[VictimUnit]:
     """Elastic extras one by one (newest first), then the minimum core as one unit.
@@ -186,6 +192,8 @@ def select_victims(
     missing = need.count - int(fits_now.sum())
     if missing <= 0:
         return []
+    if budget.refuses_every(units):
+        return None  # no option would be taken: weighing the nodes would find none
     by_node = _units_by_node(sorted(units, key=unit_order), need.allowed, node_of)
     options: list[_NodeOption] = []
     for node, on_node in by_node.items():

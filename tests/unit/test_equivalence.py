@@ -1,6 +1,6 @@
 """The cycle's shortcuts are exact: the same plan as the plain path, on random clusters.
 
-Two shortcuts are held to the plain path here, on clusters hypothesis draws
+The shortcuts are held to the plain path here, on clusters hypothesis draws
 (nodes of a few sizes in racks, a topology, team queues with quotas, running
 jobs of several priorities, some preemptible, and a backlog of waiting gangs
 drawn from a small palette of shapes so that equivalent gangs abound):
@@ -8,8 +8,16 @@ drawn from a small palette of shapes so that equivalent gangs abound):
   transaction version is not searched again (plain: every gang is searched);
 - `eviction.running_units` over the per-queue index of victim groups (plain:
   every group of the snapshot looked at for every waiting job);
-- `WaitingJobs.key_of`, a queue's order key kept while its holdings and request
-  are the same objects (plain: `queue_key` worked out at every pick).
+- `WaitingJobs.key_of`, a queue's order key kept per request while its holdings
+  are the same object (plain: `queue_key` worked out at every pick);
+- `eviction.Refusals`: reclaim and preempt answer a job equal to one they were
+  refused for at the same transaction and ledger versions without a second
+  search (plain: every job is tried);
+- `FairShareBudget.refuses_every`: the victim search gives up at once when the
+  budget refuses each possible victim on its own (plain: every node weighed and
+  every option offered to the budget);
+- `consolidate.total_free`, the free room added up once per transaction version
+  (plain: added up for every waiting gang).
 The plain path is the same cycle with the shortcut switched off; the two plans
 must be equal field by field, statuses and reasons included.
 """
@@ -23,13 +31,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kai_ray.decisions import eviction, preempt, reclaim
+from kai_ray.decisions import consolidate, eviction, preempt, reclaim
 from kai_ray.decisions.admission import is_preemptible
 from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.cycle import run_cycle
 from kai_ray.decisions.ordering import WaitingJobs, group_priority, queue_key
 from kai_ray.decisions.placement import gang_tree
 from kai_ray.decisions.plan import Plan
+from kai_ray.decisions.reclaim import FairShareBudget
 from kai_ray.decisions.runtime import Protection
 from kai_ray.decisions.victims import VictimUnit
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
@@ -124,14 +133,25 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bool], Non
         preempt.running_units,
         reclaim.running_units,
         WaitingJobs.key_of,
+        eviction.refusal_key,
+        FairShareBudget.refuses_every,
+        consolidate.total_free,
     )
 
     def switch(plain: bool) -> None:
-        signature, preempt_units, reclaim_units, key_of = originals
+        signature, preempt_units, reclaim_units, key_of, refusal_key, refuses_every, free = (
+            originals
+        )
         if plain:
             signature = lambda tx, group: None  # noqa: E731
             preempt_units = reclaim_units = plain_running_units
             key_of = lambda waiting, ledger, name, request: queue_key(ledger, name, request)  # noqa: E731
+            refusal_key = lambda ctx, candidate: None  # noqa: E731
+            refuses_every = lambda budget, units: False  # noqa: E731
+            free = consolidate.summed_free
+        monkeypatch.setattr(eviction, "refusal_key", refusal_key)
+        monkeypatch.setattr(FairShareBudget, "refuses_every", refuses_every)
+        monkeypatch.setattr(consolidate, "total_free", free)
         monkeypatch.setattr(WaitingJobs, "key_of", key_of)
         monkeypatch.setattr(gang_tree, "signature", signature)
         monkeypatch.setattr(preempt, "running_units", preempt_units)
