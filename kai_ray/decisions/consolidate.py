@@ -43,13 +43,12 @@ import numpy as np
 from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
-from kai_ray.decisions.ordering import group_priority, waiting_gangs
+from kai_ray.decisions.ordering import group_priority, missing_request, waiting_gangs
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.plan import Evict, GroupStatus, Nominate
 from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.decisions.victims import Vector, newest_first
 from kai_ray.state.groups import PodGroupState
-from kai_ray.state.pod_states import total_requests
 from kai_ray.values.config import SchedulerConfigSpec
 from kai_ray.values.resources import EPSILON, GPU, Resources
 
@@ -78,7 +77,7 @@ def in_turn(ctx: CycleContext) -> list[PodGroupState]:
 def consolidation_for(ctx: CycleContext, group: PodGroupState) -> list[PodGroupState] | None:
     """The gangs to move so that `group` fits, with the moves left in the transaction;
     None (and the transaction as it was) when no move within the bound does it."""
-    request = total_requests(group.missing)
+    request = missing_request(ctx.transaction, group)
     preemptible = is_preemptible(group, group_priority(group))
     if refusal(ctx.ledger, group, request, preemptible) or not fits_in_total(ctx, request):
         return None

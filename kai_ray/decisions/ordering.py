@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from kai_ray.decisions.fairness import limit_of as limit_of
 from kai_ray.decisions.fairness import quota_of as quota_of
 from kai_ray.decisions.ledger import QueueLedger
-from kai_ray.decisions.transaction import Transaction
+from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import total_requests
 from kai_ray.values.resources import EPSILON, Resources
@@ -74,9 +74,20 @@ class Candidate:
         return self.group.queue
 
 
-def candidate_for(group: PodGroupState) -> Candidate:
-    """The group asking for its missing minimum."""
-    return Candidate(group, total_requests(group.missing), group_priority(group))
+def candidate_for(group: PodGroupState, tx: Transaction | None = None) -> Candidate:
+    """The group asking for its missing minimum (summed once per cycle with `tx`)."""
+    request = total_requests(group.missing) if tx is None else missing_request(tx, group)
+    return Candidate(group, request, group_priority(group))
+
+
+#: Per group: what its missing minimum asks for (it depends on the snapshot alone).
+MISSING_REQUEST = MemoKey[Resources]("missing request")
+
+
+def missing_request(tx: Transaction, group: PodGroupState) -> Resources:
+    """What the group's missing minimum asks for, summed once per cycle: every
+    action that makes room asks it of every waiting gang."""
+    return tx.memo.get(MISSING_REQUEST, group.key, lambda: total_requests(group.missing))
 
 
 def waits(group: PodGroupState, tx: Transaction) -> bool:
@@ -149,12 +160,8 @@ class WaitingJobs:
 
     def __init__(self, candidates: Iterable[Candidate] = ()) -> None:
         self._by_queue: dict[str, list[Candidate]] = {}
-        #: Per queue: the holdings its keys were worked out from, and its `queue_key`
-        #: per request asked (by value: jobs of one shape ask equal requests). Ledger
-        #: holdings are immutable vectors, replaced when they change, so the same
-        #: object means the same keys (the fair shares and the tree do not change
-        #: within a cycle).
-        self._keys: dict[str, tuple[Resources, dict[Resources, tuple[object, ...]]]] = {}
+        #: Per queue: the holdings its keys were worked out from, and its keys.
+        self._keys: dict[str, _QueueKeys] = {}
         for candidate in candidates:
             self.add(candidate)
 
@@ -164,13 +171,9 @@ class WaitingJobs:
         held, kept = ledger.allocated.get(name), self._keys.get(name)
         if held is None:
             return queue_key(ledger, name, request)
-        if kept is None or kept[0] is not held:
-            kept = (held, {})
-            self._keys[name] = kept
-        key = kept[1].get(request)
-        if key is None:
-            key = kept[1][request] = queue_key(ledger, name, request)
-        return key
+        if kept is None or kept.held is not held:
+            kept = self._keys[name] = _QueueKeys(held)
+        return kept.key(ledger, name, request)
 
     def add(self, candidate: Candidate) -> None:
         bisect.insort(self._by_queue.setdefault(candidate.queue, []), candidate, key=job_key)
@@ -185,6 +188,32 @@ class WaitingJobs:
     def empty(self) -> bool:
         """True when no queue has a job left to try."""
         return not any(self._by_queue.values())
+
+
+class _QueueKeys:
+    """One queue's `queue_key` per request asked, while it holds `held`.
+
+    Ledger holdings are immutable vectors, replaced when they change, so the same
+    object means the same keys (the fair shares and the tree do not change within
+    a cycle). Keys are kept by the request's value (jobs of one shape ask equal
+    requests); the last request asked is also kept by identity, since a queue
+    whose first job did not change is asked with the same object at every pick,
+    and hashing a request costs a frozenset of it."""
+
+    def __init__(self, held: Resources) -> None:
+        self.held = held
+        self._by_value: dict[Resources, tuple[object, ...]] = {}
+        self._last: tuple[Resources, tuple[object, ...]] | None = None
+
+    def key(self, ledger: QueueLedger, name: str, request: Resources) -> tuple[object, ...]:
+        last = self._last
+        if last is not None and last[0] is request:
+            return last[1]
+        key = self._by_value.get(request)
+        if key is None:
+            key = self._by_value[request] = queue_key(ledger, name, request)
+        self._last = (request, key)
+        return key
 
 
 def next_candidate(ledger: QueueLedger, waiting: WaitingJobs) -> Candidate | None:
