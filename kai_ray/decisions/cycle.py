@@ -30,13 +30,7 @@ from kai_ray.decisions.reclaim import ReclaimAction
 from kai_ray.decisions.stale import StaleGangEvictionAction
 from kai_ray.decisions.totals import GroupTotals, cluster_capacity, leaf_requests
 from kai_ray.decisions.transaction import Transaction
-from kai_ray.decisions.usage import (
-    UsageState,
-    drift_step,
-    occupying,
-    still_moving,
-    usage_until,
-)
+from kai_ray.decisions.usage import UsageState, drift_wake, occupying, usage_until
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.config import SchedulerConfig
 from kai_ray.values.errors import InvalidObjectError, ObjectRef, Problem
@@ -131,12 +125,14 @@ def run_cycle(
     #    still held wait for it and are not charged yet).
     evicted = {evict.pod for evict in plan.evictions}
     plan.binds.extend(b for b in ctx.transaction.binds() if b.pod not in evicted)
-    # 5. With time-based fairness, fair shares drift while usage moves: a gang still
-    #    waiting may get its turn though nothing else happens, so look again then.
+    # 5. With time-based fairness, fair shares drift while usage moves and when the
+    #    window starts again: a gang still waiting may get its turn though nothing
+    #    else happens, so look again then.
     occupied = occupying(snapshot, opening, plan.binds) if k > 0 else None
     held = dataclasses.replace(usage, allocated=dict(ledger.allocated), occupied=occupied)
-    if k > 0 and still_moving(before, held) and waiting_gangs(snapshot.waiting_groups, tx):
-        plan.wake_no_later_than(now + drift_step(spec))
+    drift = drift_wake(spec, before, held, now)
+    if drift is not None and waiting_gangs(snapshot.waiting_groups, tx):
+        plan.wake_no_later_than(drift)
     log.debug("%d binds, %d statuses", len(plan.binds), len(plan.statuses))
     over = tuple(over_committed(snapshot.queues, capacity))
     return CycleResult(plan, shares, held, over, demand)

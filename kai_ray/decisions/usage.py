@@ -26,9 +26,9 @@ taken as constant between two cycles, which makes the integral exact. What a
 queue is charged for until the next cycle is what it occupies on the nodes
 (`occupying`): an evicted pod until it is gone, a bind once its room is free.
 `usage_until` brings a cycle's usage up to its `now`; with `k: 0` nothing is
-recorded. While usage moves, fair
-shares drift without any event: `drift_step` and `still_moving` tell the cycle
-when to look again (the simulator, like the operator, runs a cycle then).
+recorded. While usage moves, or until the window starts again, fair shares drift
+without any event: `drift_wake` tells the cycle when to look again (the
+simulator, like the operator, runs a cycle then).
 Pure: no I/O.
 """
 
@@ -94,6 +94,21 @@ def window_start(params: TimeBasedFairness, now: float) -> float:
         previous: float = croniter(params.cronString, moment).get_prev(float)
         return previous
     return now - size
+
+
+def next_reset(params: TimeBasedFairness, now: float) -> float | None:
+    """When the window next starts again after `now` (a tumbling window's first
+    start, when it is still ahead); None for a sliding window, which never does."""
+    if params.windowType == "tumbling" and params.tumblingWindowStartTime is not None:
+        start, size = _epoch(params.tumblingWindowStartTime), duration_seconds(params.window)
+        if start > now or size <= 0:
+            return start if start > now else None
+        return start + (math.floor((now - start) / size) + 1) * size
+    if params.windowType == "cron":
+        moment = datetime.fromtimestamp(now, UTC)
+        following: float = croniter(params.cronString, moment).get_next(float)
+        return following
+    return None
 
 
 def _epoch(moment: datetime) -> float:
@@ -264,7 +279,9 @@ def usage_until(
         advanced = dataclasses.replace(state, updated_s=now)
     else:
         advanced = advance_usage(state, now, params)
-        if not advanced.history:
+        if not advanced.history and not state.history:
+            # Fractions persisted without a history: kept until there is one. A
+            # history the window left entirely (a reset) leaves no usage at all.
             advanced = dataclasses.replace(advanced, queues=state.queues)
     return dataclasses.replace(advanced, capacity=capacity)
 
@@ -338,6 +355,31 @@ def drift_step(spec: SchedulerConfigSpec) -> float:
     half_life = duration_seconds(params.halfLife)
     span = half_life if half_life > 0 else duration_seconds(params.window)
     return max(duration_seconds(spec.cyclePeriod), span / STEPS_PER_HALF_LIFE)
+
+
+def drift_wake(
+    spec: SchedulerConfigSpec, before: UsageState | None, after: UsageState, now: float
+) -> float | None:
+    """When fair shares may have drifted enough to change a decision: a `drift_step`
+    on while usage moves, and at the latest when the window starts again (a reset
+    forgets usage at once, though nothing moved before it); None with `k: 0`, or
+    when usage has settled in a sliding window."""
+    params = spec.timeBasedFairness
+    if params.k == 0:
+        return None
+    moving = still_moving(before, after) or _reset_since(params, before, now)
+    drifted = now + drift_step(spec) if moving else None
+    reset = next_reset(params, now)
+    times = [t for t in (drifted, reset) if t is not None]
+    return min(times) if times else None
+
+
+def _reset_since(params: TimeBasedFairness, before: UsageState | None, now: float) -> bool:
+    """Whether the window started again since the last cycle: usage is all 0 at the
+    reset and moves from there, though it has not moved yet."""
+    last = before.updated_s if before is not None else None
+    reset = next_reset(params, last) if last is not None else None
+    return reset is not None and reset <= now
 
 
 def still_moving(before: UsageState | None, after: UsageState) -> bool:

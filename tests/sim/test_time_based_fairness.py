@@ -193,10 +193,15 @@ def test_the_sample_model_with_kais_reaction_time_switches_where_kai_does() -> N
 # ------------------------------------------------------------------- the cases
 
 
-def _oscillating(tmp_path: Path, grace: str, until: int) -> dict[str, Any]:
-    """KAI's oscillating example, each pod taking `grace` to go when evicted."""
+def _oscillating(
+    tmp_path: Path, grace: str, until: int, window: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """KAI's oscillating example, each pod taking `grace` to go when evicted (and the
+    usage window `window`, sliding by default)."""
+    config = _config(1, "128s", "256s")
+    config["spec"]["timeBasedFairness"].update(window or {})
     objects = [
-        _config(1, "128s", "256s"),
+        config,
         _pool(1, 16),
         _queue("test-department"),
         _queue("test-queue1", "test-department"),
@@ -266,3 +271,42 @@ def test_weights_three_to_one_settle_within_seconds(tmp_path: Path, k: float, st
     report = _simulate(tmp_path, objects, "300s")
     allocated = _series(report, "q1", "allocated", 300)
     assert allocated[5:] == [steady] * 295
+
+
+# ------------------------------------------------------------ windows that reset
+
+
+def _windowed(tmp_path: Path, until: int, **window: str) -> list[int]:
+    """Where queue 1's allocation changes in the oscillating example (grace 2 s) with
+    the usage window `window` (KAI's `usageParams` fields)."""
+    report = _oscillating(tmp_path, "2s", until, window)
+    return _switches(_series(report, "test-queue1", "allocated", until))
+
+
+@pytest.mark.parametrize(
+    ("window", "resets"),
+    [
+        ({"windowType": "tumbling", "tumblingWindowStartTime": "2026-01-01T00:00:00Z"}, [256, 512]),
+        ({"windowType": "tumbling", "tumblingWindowStartTime": "2026-01-01T00:01:40Z"}, [100]),
+        ({"windowType": "cron", "cronString": "*/4 * * * *"}, [240, 480]),
+    ],
+    ids=["tumbling", "tumbling-from-100s", "cron-every-4-minutes"],
+)
+def test_a_window_that_resets_gives_the_node_to_the_other_queue_after_each_reset(
+    tmp_path: Path, window: dict[str, str], resets: list[int]
+) -> None:
+    """At a reset the usage before it is forgotten: the queue that has held the node
+    since has used everything in the new window and gives it up, one cycle and the
+    grace later (the simulator looks again at the reset though nothing happens).
+    A tumbling window whose start is ahead holds no usage until then. Before, the
+    usage of the last window was kept when a reset emptied the history, and no
+    cycle ran at the reset: the node never moved again."""
+    switches = _windowed(tmp_path, 600, **window)
+    for reset in resets:
+        assert any(reset < s <= reset + 4 for s in switches), (reset, switches)
+    if resets == [100]:
+        assert switches[0] > 100  # nothing used before the window's start
+
+
+def test_a_sliding_window_does_not_reset(tmp_path: Path) -> None:
+    assert _windowed(tmp_path, 600) == [3, 80, 322, 564]

@@ -11,10 +11,12 @@ from kai_ray.decisions.usage import (
     MAX_INTERVALS,
     UsageState,
     advance_usage,
+    drift_wake,
+    next_reset,
     to_persist,
     window_start,
 )
-from kai_ray.values.config import TimeBasedFairness
+from kai_ray.values.config import SchedulerConfigSpec, TimeBasedFairness
 from kai_ray.values.resources import GPU, Resources
 
 HOUR = 3600.0
@@ -95,6 +97,33 @@ def test_a_cron_window_starts_again_whenever_the_cron_fires() -> None:
     state = hold(UsageState(), 0.9 * HOUR, p, a=64)
     state = hold(state, 0.2 * HOUR, p, b=64)  # the hour struck at 1.0 h
     assert (used(state, "a"), used(state, "b")) == pytest.approx((0.0, 1.0))
+
+
+def test_the_next_reset_of_each_window_type() -> None:
+    start = datetime.fromtimestamp(T0 + 50.0, UTC).isoformat()
+    tumbling = params(window="100s", windowType="tumbling", tumblingWindowStartTime=start)
+    assert next_reset(tumbling, T0) == T0 + 50.0  # the first start, still ahead
+    assert next_reset(tumbling, T0 + 50.0) == T0 + 150.0
+    assert next_reset(tumbling, T0 + 149.0) == T0 + 150.0
+    cron = params(windowType="cron", cronString="0 * * * *")
+    assert next_reset(cron, T0) == T0 + HOUR  # firing at `now` is behind, not ahead
+    assert next_reset(params(window="100s"), T0) is None  # sliding
+
+
+def test_the_cycle_looks_again_at_a_reset_and_just_after_it() -> None:
+    """Settled usage asks for no cycle in a sliding window; a window that starts again
+    asks for one at the reset, and one a drift step after it (usage is 0 at the reset
+    and moves from there, though it has not moved yet)."""
+    p = params(halfLife="128s", windowType="cron", cronString="0 * * * *")
+    spec = SchedulerConfigSpec.model_validate({"timeBasedFairness": p.model_dump()})
+    settled = UsageState(queues={"a": {GPU: 1.0}}, updated_s=T0 + 0.5 * HOUR)
+    same = dataclasses.replace(settled, updated_s=T0 + 0.6 * HOUR)
+    assert drift_wake(spec, settled, same, T0 + 0.6 * HOUR) == T0 + HOUR
+    after_reset = dataclasses.replace(settled, queues={}, updated_s=T0 + HOUR)
+    before_reset = dataclasses.replace(settled, queues={}, updated_s=T0 + 0.9 * HOUR)
+    assert drift_wake(spec, before_reset, after_reset, T0 + HOUR) == T0 + HOUR + 1.0  # 128 s / 128
+    sliding = SchedulerConfigSpec.model_validate({"timeBasedFairness": {"k": 1, "halfLife": "0s"}})
+    assert drift_wake(sliding, settled, same, T0 + 0.6 * HOUR) is None
 
 
 @pytest.mark.parametrize(
