@@ -24,12 +24,20 @@ bounds is here (`queue_resource`, `quota_of`, `limit_of`). Pure: no I/O.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kai_ray.state.queues import QueueNode, QueueTree
-from kai_ray.values.resources import CPU, EPSILON, MEMORY, Resources, canonical_name
+from kai_ray.values.resources import (
+    CPU,
+    EPSILON,
+    MEMORY,
+    Resources,
+    canonical_name,
+    parse_amount,
+)
 
 #: queue -> resource -> decayed usage as a fraction of the cluster.
 Usage = Mapping[str, Mapping[str, float]]
@@ -58,8 +66,16 @@ def queue_resource(node: QueueNode, resource: str) -> tuple[float, float, float]
     of a queue's bounds (unset: no quota, no limit, weight 1)."""
     for key, entry in node.spec.resources.items():
         if canonical_name(key) == resource:
-            return entry.quota_amount, entry.limit_amount, entry.overQuotaWeight
+            return _amount(entry.quota, 0.0), _amount(entry.limit, math.inf), entry.overQuotaWeight
     return 0.0, math.inf, 1.0
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _amount(quantity: int | str | None, unset: float) -> float:
+    """A quota or limit as a number (`QueueResource.quota_amount`, `limit_amount`),
+    parsed once per written value: admission and ordering read the bounds of a
+    job's queues for every waiting job, and a quantity is parsed as a Decimal."""
+    return unset if quantity is None else parse_amount(quantity, "quantity")
 
 
 def quota_of(tree: QueueTree, name: str, resource: str) -> float:

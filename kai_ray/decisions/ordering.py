@@ -163,7 +163,9 @@ class WaitingJobs:
         #: Per queue: the holdings its keys were worked out from, and its keys.
         self._keys: dict[str, _QueueKeys] = {}
         for candidate in candidates:
-            self.add(candidate)
+            self._by_queue.setdefault(candidate.queue, []).append(candidate)
+        for jobs in self._by_queue.values():
+            jobs.sort(key=job_key)  # stable: as `add` one by one would leave them
 
     def key_of(self, ledger: QueueLedger, name: str, request: Resources) -> tuple[object, ...]:
         """`queue_key`, worked out again only when the queue's holdings changed or it
@@ -241,9 +243,12 @@ def _best_in(ledger: QueueLedger, name: str, waiting: WaitingJobs) -> Candidate 
 def _pick(
     ledger: QueueLedger, waiting: WaitingJobs, options: Iterable[tuple[str, Candidate | None]]
 ) -> Candidate | None:
-    ranked = [
-        (waiting.key_of(ledger, name, found.request), found)
-        for name, found in options
-        if found is not None
-    ]
-    return min(ranked, key=lambda pair: pair[0])[1] if ranked else None
+    """The option whose queue key is the smallest (the first of equals)."""
+    best, best_key = None, None
+    for name, found in options:
+        if found is None:
+            continue
+        key = waiting.key_of(ledger, name, found.request)
+        if best_key is None or key < best_key:
+            best, best_key = found, key
+    return best

@@ -14,7 +14,9 @@
    included); the evictions (reason `preempt`) and the job's binds go into
    the same plan.
 The queue's holdings do not grow by more than the free room the job also
-uses, so preemption never moves resources between queues. Pure: no I/O.
+uses, so preemption never moves resources between queues. When no waiting
+gang's queue runs a possible victim of lower priority, the action does
+nothing and is skipped whole (`victims_below_anyone`). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ from kai_ray.decisions.eviction import (
     evict_to_fit,
     record,
     running_units,
+    victim_groups,
     waiting_candidates,
 )
-from kai_ray.decisions.ordering import Candidate, take_next
+from kai_ray.decisions.ordering import Candidate, group_priority, take_next
 from kai_ray.decisions.runtime import Protection, RuntimeField
 from kai_ray.decisions.victims import Budget
 
@@ -42,6 +45,8 @@ class PreemptAction:
     which: RuntimeField = "preemptMinRuntime"
 
     def run(self, ctx: CycleContext) -> None:
+        if not victims_below_anyone(ctx):
+            return  # every attempt would find no victim and change nothing
         waiting = waiting_candidates(ctx)
         refusals = Refusals()
         while (candidate := take_next(ctx.ledger, waiting)) is not None:
@@ -61,3 +66,17 @@ class PreemptAction:
                 ask_to_wake(ctx, protection)
             elif book(ctx, step) is None:
                 record(ctx, candidate, victims, self.name)
+
+
+def victims_below_anyone(ctx: CycleContext) -> bool:
+    """Whether some waiting gang's queue runs a group that may give victims at a lower
+    priority than the gang's. Without one, every attempt finds no victim unit (none
+    is looked at, so no protection asks for a wake-up) and changes nothing: with a
+    deep backlog of equal priorities the action is then skipped whole, the waiting
+    gangs neither sorted nor picked. The waiting groups of the snapshot hold every
+    gang the action could try."""
+    lowest = victim_groups(ctx).lowest
+    return any(
+        group.queue in lowest and lowest[group.queue] < group_priority(group)
+        for group in ctx.snapshot.waiting_groups
+    )

@@ -17,7 +17,9 @@ drawn from a small palette of shapes so that equivalent gangs abound):
   budget refuses each possible victim on its own (plain: every node weighed and
   every option offered to the budget);
 - `consolidate.total_free`, the free room added up once per transaction version
-  (plain: added up for every waiting gang).
+  (plain: added up for every waiting gang);
+- `preempt.victims_below_anyone`: preempt is skipped when no waiting gang's queue
+  runs a possible victim of lower priority (plain: every waiting gang tried).
 The plain path is the same cycle with the shortcut switched off; the two plans
 must be equal field by field, statuses and reasons included.
 """
@@ -136,10 +138,11 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bool], Non
         eviction.refusal_key,
         FairShareBudget.refuses_every,
         consolidate.total_free,
+        preempt.victims_below_anyone,
     )
 
     def switch(plain: bool) -> None:
-        signature, preempt_units, reclaim_units, key_of, refusal_key, refuses_every, free = (
+        signature, preempt_units, reclaim_units, key_of, refusal_key, refuses_every, free, below = (
             originals
         )
         if plain:
@@ -149,9 +152,11 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bool], Non
             refusal_key = lambda ctx, candidate: None  # noqa: E731
             refuses_every = lambda budget, units: False  # noqa: E731
             free = consolidate.summed_free
+            below = lambda ctx: True  # noqa: E731
         monkeypatch.setattr(eviction, "refusal_key", refusal_key)
         monkeypatch.setattr(FairShareBudget, "refuses_every", refuses_every)
         monkeypatch.setattr(consolidate, "total_free", free)
+        monkeypatch.setattr(preempt, "victims_below_anyone", below)
         monkeypatch.setattr(WaitingJobs, "key_of", key_of)
         monkeypatch.setattr(gang_tree, "signature", signature)
         monkeypatch.setattr(preempt, "running_units", preempt_units)
