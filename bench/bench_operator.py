@@ -240,7 +240,7 @@ def profiled(pid: int, out: str | None) -> Iterator[None]:
     if not out or spy is None:
         yield
         return
-    args = [spy, "record", "--pid", str(pid), "--output", out, "--format", "raw"]
+    args = [spy, "record", "--pid", str(pid), "--output", out, "--format", "raw", "--gil"]
     recorder = subprocess.Popen([*args, "--rate", "50"], stdout=subprocess.DEVNULL)
     try:
         yield
@@ -394,7 +394,7 @@ def main() -> None:
     parser.add_argument(
         "--py-spy",
         metavar="FILE",
-        help="record the operator with py-spy (if installed) into FILE, as collapsed stacks",
+        help="record the operator with py-spy (if installed) into FILE: collapsed stacks of the thread holding the GIL",
     )
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, {platform.python_version()}, {platform.machine()}")

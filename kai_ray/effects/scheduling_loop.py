@@ -124,6 +124,8 @@ class SchedulingLoop:
         #: group whose inputs are the same objects is not worked out again.
         self._group_bodies: dict[str, _StatusBody] = {}
         self._created_groups: set[str] = set()
+        #: Workloads (kind, key) written since their PodGroups were last derived.
+        self._to_derive: set[tuple[str, str]] = set()
         #: The problems last reported on each object, by (kind, key).
         self._problems: dict[tuple[str, str], str] = {}
         self.metrics = process_metrics()
@@ -161,6 +163,8 @@ class SchedulingLoop:
             if kind == POD:
                 objects = [dict(self._member(pod)) for pod in objects]
             self.cache.replace_all(kind, objects)
+            if kind in WORKLOAD_KINDS:
+                self._to_derive |= {(kind, object_key(obj, kind)) for obj in objects}
             if kind == "RayCluster":
                 self._refresh_ray_pods()
         self.changed.set()
@@ -171,6 +175,8 @@ class SchedulingLoop:
                 self.cache.delete(kind, object_key(obj, kind))
             else:
                 self.cache.upsert(self._member(obj) if kind == POD else obj, kind)
+                if kind in WORKLOAD_KINDS:
+                    self._to_derive.add((kind, object_key(obj, kind)))
                 if kind == "RayCluster":
                     self._refresh_ray_pods()
         self.changed.set()
@@ -274,6 +280,9 @@ class SchedulingLoop:
         self._derive_pod_groups()
         steps.lap("podgroups")
         with self.lock:
+            # Those written while the first pass worked: no pod of the snapshot
+            # is without the PodGroup it was given (nor reported for it).
+            self._derive_pod_groups()
             snapshot = self.cache.snapshot()
         steps.lap("snapshot")
         self.cycles += 1
@@ -309,16 +318,18 @@ class SchedulingLoop:
     # ----------------------------------------------------------- PodGroups
 
     def _derive_pod_groups(self) -> None:
-        """PodGroups for workloads that have none yet, created in parallel."""
+        """PodGroups for the workloads written since the last pass that have none
+        yet, created in the back."""
         with self.lock:
-            existing = {key for key, _ in self.cache.items(POD_GROUP)} | self._created_groups
+            written, self._to_derive = self._to_derive, set()
             workloads = [
                 (kind, obj)
-                for kind in WORKLOAD_KINDS
-                for key, obj in self.cache.items(kind)
-                if derived_group_key(kind, key) not in existing
+                for kind, key in written
+                if (obj := self.cache.get(kind, key)) is not None
+                and not self._has_group(derived_group_key(kind, key))
             ]
         bodies: dict[str, dict[str, Any]] = {}
+        workload_of: dict[str, tuple[str, str]] = {}
         for kind, obj in workloads:
             if not needs_derived_group(obj, self.scheduler):
                 continue
@@ -330,6 +341,7 @@ class SchedulingLoop:
             for derived in groups:
                 body = pod_group_body(derived.pod_group.model_dump(mode="json"), obj)
                 bodies.setdefault(object_key(body, POD_GROUP), body)
+                workload_of.setdefault(object_key(body, POD_GROUP), (kind, object_key(obj, kind)))
         # The cycle uses them at once; the API gets them in the back.
         with self.lock:
             stamp = rfc3339(self.clock.now())
@@ -338,9 +350,13 @@ class SchedulingLoop:
                 self.cache.upsert({**body, "kind": POD_GROUP, "metadata": meta}, POD_GROUP)
                 self._created_groups.add(key)
         for key, body in bodies.items():
-            self.backlog.later(functools.partial(self._create_pod_group, key, body), Urgency.CREATE)
+            create = functools.partial(self._create_pod_group, key, body, workload_of[key])
+            self.backlog.later(create, Urgency.CREATE)
 
-    def _create_pod_group(self, key: str, body: dict[str, Any]) -> None:
+    def _has_group(self, key: str) -> bool:
+        return key in self._created_groups or self.cache.get(POD_GROUP, key) is not None
+
+    def _create_pod_group(self, key: str, body: dict[str, Any], workload: tuple[str, str]) -> None:
         result = self.writer.create_pod_group(body)
         if result.outcome is Outcome.PERMANENT:
             LOG.warning("PodGroup %s not created: %s", key, result.message)
@@ -349,6 +365,7 @@ class SchedulingLoop:
         elif not result.ok:
             with self.lock:
                 self._created_groups.discard(key)  # derived again next cycle
+                self._to_derive.add(workload)
 
     def _report_bad_workload(self, kind: str, obj: Mapping[str, Any], err: Exception) -> None:
         meta = obj.get("metadata") or {}

@@ -127,19 +127,21 @@ def build_pod_groups(
     kept: dict[str, PodGroupState] | None = None,
     *,
     node_names: Collection[str] | None = None,
+    scheduler: str | None = None,
 ) -> tuple[Mapping[str, PodGroupState], list[Problem]]:
     """The valid groups with their members. `validate` may answer from a cache, and
     `kept` holds the states of an earlier build: one whose group and members are
     the same objects is reused (and `kept` is refreshed). `node_names` are the
-    nodes the snapshot knows (None: every node a pod names is taken as known)."""
+    nodes the snapshot knows (None: every node a pod names is taken as known);
+    `scheduler` whose pods are members (None: every pod; see `member_of`)."""
     groups = _validated_groups(objects, queues, validate)
     members: dict[str, list[PodState]] = {key: [] for key in groups.valid}
     unseen: set[str] = set()
     for pod in pods:
         if is_unseen(pod, node_names):
             unseen.add(pod.key)
-        groups.problems.extend(member_problems(pod, node_names, groups.known))
-        key = group_of(pod)
+        groups.problems.extend(member_problems(pod, node_names, groups.known, scheduler))
+        key = member_of(pod, scheduler)
         if key in members:
             members[key].append(pod)
     states = {
@@ -192,16 +194,42 @@ def group_of(pod: PodState) -> str | None:
     return None if pod.pod_group is None else f"{pod.namespace}/{pod.pod_group}"
 
 
+#: The scheduler of a pod that names none. Such a pod joins the group it names,
+#: as it always has (the simulator's input seldom names a scheduler).
+UNNAMED_SCHEDULER = "default-scheduler"
+
+
+def member_of(pod: PodState, scheduler: str | None) -> str | None:
+    """The key of the group the pod is a member of: the one it names, unless the
+    pod is another scheduler's (named, not `scheduler`; None: any pod is a
+    member). Another scheduler's pod counts on its node only: naming a group does
+    not make it this scheduler's to place (two kai-ray schedulers in one cluster
+    reading the same annotation would both bind it)."""
+    if _foreign(pod, scheduler):
+        return None
+    return group_of(pod)
+
+
+def _foreign(pod: PodState, scheduler: str | None) -> bool:
+    return scheduler is not None and pod.scheduler not in (scheduler, UNNAMED_SCHEDULER)
+
+
 def is_unseen(pod: PodState, node_names: Collection[str] | None) -> bool:
     """Live and bound to a node the snapshot does not know (None: all are known)."""
     return node_names is not None and _on_unseen_node(pod, node_names)
 
 
 def member_problems(
-    pod: PodState, node_names: Collection[str] | None, known: Collection[str]
+    pod: PodState,
+    node_names: Collection[str] | None,
+    known: Collection[str],
+    scheduler: str | None = None,
 ) -> list[Problem]:
-    """What the groups' build reports about one pod: bound to a node not seen, or
-    naming a group that no object (valid or not) is keyed by."""
+    """What the groups' build reports about one of `scheduler`'s pods (None: any
+    pod): bound to a node not seen, or naming a group that no object (valid or
+    not) is keyed by. Nothing about another scheduler's pods."""
+    if _foreign(pod, scheduler):
+        return []
     found = [_unseen_node_problem(pod)] if is_unseen(pod, node_names) else []
     key = group_of(pod)
     if key is not None and key not in known and not pod.terminal:

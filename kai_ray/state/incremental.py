@@ -40,10 +40,10 @@ from kai_ray.state.devices import NO_DEVICE, GpuDevices, account_node
 from kai_ray.state.groups import (
     PodGroupState,
     group_key,
-    group_of,
     group_state,
     is_unseen,
     listed_twice,
+    member_of,
     member_problems,
     validate_group,
 )
@@ -324,7 +324,7 @@ class SnapshotKeeper:
     def _unlist(self, pod: PodState) -> None:
         self.unseen.discard(pod.key)
         self.pod_problems.pop(pod.key, None)
-        group = group_of(pod)
+        group = member_of(pod, self.scheduler_name)
         if group is not None:
             members = self.naming[group]
             del members[pod.key]
@@ -340,7 +340,7 @@ class SnapshotKeeper:
         if is_unseen(pod, self.node_index):
             self.unseen.add(pod.key)
         self._member_problems(pod)
-        group = group_of(pod)
+        group = member_of(pod, self.scheduler_name)
         if group is not None:
             self.naming.setdefault(group, {})[pod.key] = pod
             self._dirty_groups.add(group)
@@ -352,7 +352,7 @@ class SnapshotKeeper:
             self._pending_changed = True
 
     def _member_problems(self, pod: PodState) -> None:
-        found = member_problems(pod, self.node_index, self.known)
+        found = member_problems(pod, self.node_index, self.known, self.scheduler_name)
         if found:
             self.pod_problems[pod.key] = found
         else:

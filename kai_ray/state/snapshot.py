@@ -186,6 +186,7 @@ def assemble_snapshot(
         lambda key, obj: memo.pod_groups.get(key, obj, PodGroup.model_validate),
         memo.group_states,
         node_names=node_index,
+        scheduler=scheduler_name,
     )
     memo.pod_groups.keep_only(set(pod_groups))
     return Snapshot(

@@ -488,7 +488,13 @@ def test_the_operator_schedules_a_gang_as_the_service_account(
         wait_for(agrees, 30, f"metrics {wanted}")
     except AssertionError as err:
         got = {key: seen.get(key) for key in wanted}
-        raise AssertionError(f"{err}; last scrape: {got}\n{operator.output()[-4000:]}") from None
+        who = {key: value for key, value in seen.items() if key[0].startswith("process_")}
+        cycles = seen.get(("kai_ray_cycles_total", ()))
+        pid = operator.process.pid if operator.process else None
+        raise AssertionError(
+            f"{err}; last scrape: {got}, cycles {cycles}, {who} (operator pid {pid}, "
+            f"metrics port {operator.metrics_port})\n{operator.output()[-6000:]}"
+        ) from None
     refused = forbidden_lines(operator.output())
     assert not refused, "requests refused by RBAC:\n" + "\n".join(refused[:20])
 

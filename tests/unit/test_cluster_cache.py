@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 
+from kai_ray.decisions.cycle import run_cycle
 from kai_ray.decisions.plan import Bind, Evict, GroupStatus, Plan
 from kai_ray.effects.binder import DONE, Binder, Outcome, WriteResult
 from kai_ray.state.cache import POD, ClusterCache
 from kai_ray.state.snapshot import build_snapshot
+from kai_ray.values.config import SchedulerConfig
 from kai_ray.values.errors import ObjectRef
 from kai_ray.values.names import ADMISSION_GATE, GPU_DEVICES_ANNOTATION
 
@@ -278,3 +280,67 @@ def test_a_deferred_bind_that_never_gets_its_room_gives_the_reservation_back() -
     assert cache.snapshot().pods["ns/a"].node is None  # pending again, for the next cycle
     assert ("a", "FailedBinding") in writer.events
     binder.close()
+
+
+def test_binds_handed_to_the_writers_are_reserved_until_each_ends() -> None:
+    """With `submit`, `apply` reserves every bind and returns before any is made;
+    a reservation does not expire while its bind waits its turn; a bind made is
+    assumed (its TTL counted from then), a failed one is given back."""
+    clock = Clock()
+    cache = ClusterCache(clock=clock, assume_ttl_s=30)
+    for obj in (node("n1"), pod("a", 2), pod("b", 2)):
+        cache.upsert(obj)
+    queued: list[Callable[[], None]] = []
+    ended: list[tuple[str, bool]] = []
+    writer = MemoryWriter(failing={"ns/b": WriteResult(Outcome.RETRY, "409")})
+    binder = Binder(
+        writer,
+        room=cache.room_problem,
+        on_bound=lambda b: (cache.assume(b.pod, b.node), ended.append((b.pod, True))),
+        on_failed=lambda b, _: ended.append((b.pod, False)),
+        reserve=lambda b: cache.reserve(b.pod, b.node),
+        unreserve=lambda b: cache.forget_assumed(b.pod),
+        submit=queued.append,
+    )
+    binds = [Bind("ns/a", "ns/a", "n1"), Bind("ns/b", "ns/b", "n1")]
+    report = binder.apply(Plan(cycle=1, binds=binds), cache.snapshot(), 0.0)
+    assert (report.bound, [b.pod for b in report.deferred]) == ([], ["ns/a", "ns/b"])
+    assert writer.calls == [] and len(queued) == 1  # one node: one batch, in plan order
+    clock.now = 100  # long past the TTL: still reserved, nothing else may take the room
+    assert cache.snapshot().free[0, 2] == 4
+    queued.pop()()
+    assert ended == [("ns/a", True), ("ns/b", False)]
+    assert ("b", "FailedBinding") in writer.events
+    snapshot = cache.snapshot()
+    assert (snapshot.pods["ns/a"].node, snapshot.pods["ns/b"].node) == ("n1", None)
+    clock.now = 131  # the made bind's assumption runs from when it was made
+    assert cache.snapshot().pods["ns/a"].node is None
+
+
+def test_a_pod_of_another_scheduler_naming_a_pod_group_is_not_ours_to_place() -> None:
+    """Two schedulers reading the same group annotation would both bind the pod:
+    another scheduler's pod counts on its node only, not as a member of the group,
+    in the kept snapshot and in a full build alike."""
+    group = {
+        "apiVersion": "scheduling.kai-ray.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "gang", "namespace": "ns"},
+        "spec": {"queue": "team", "minMember": 1},
+    }
+    queues = [
+        {"apiVersion": "scheduling.kai-ray.io/v1alpha1", "kind": "Queue", "metadata": {"name": n}}
+        for n in ("team",)
+    ]
+    theirs = pod("theirs", 1, scheduler="kai-ray-other")
+    theirs["metadata"]["annotations"] = {"kai-ray.io/pod-group": "gang"}
+    bound = pod("bound", 2, "n1", scheduler="kai-ray-other")
+    bound["metadata"]["annotations"] = {"kai-ray.io/pod-group": "gang"}
+    cache = ClusterCache()
+    for obj in (node("n1"), *queues, group, theirs, bound):
+        cache.upsert(obj)
+    for snapshot in (cache.snapshot(), build_snapshot(cache.objects())):
+        state = snapshot.pod_groups["ns/gang"]
+        assert (state.bound, state.live) == ((), ())
+        assert snapshot.problems == ()
+        assert snapshot.free[0, snapshot.column("gpu")] == 6  # its bound pod still counts
+        assert run_cycle(snapshot, SchedulerConfig(), 1, 1.0e9).plan.binds == []
