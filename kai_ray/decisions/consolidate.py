@@ -61,6 +61,8 @@ class ConsolidateAction:
     def run(self, ctx: CycleContext) -> None:
         if ctx.config.consolidationMaxJobs == 0 or ctx.config.placementStrategy == "spread":
             return
+        if not some_fit_in_total(ctx):
+            return  # every attempt would stop at `fits_in_total`, changing nothing
         for group in in_turn(ctx):
             with ctx.transaction.attempt() as step:
                 moved = consolidation_for(ctx, group)
@@ -90,6 +92,18 @@ def consolidation_for(ctx: CycleContext, group: PodGroupState) -> list[PodGroupS
         if try_move(ctx, group, movable[:count]):
             return _without_stayers(ctx, group, movable[:count], mark)
     return None
+
+
+def some_fit_in_total(ctx: CycleContext) -> bool:
+    """Whether some waiting gang's missing minimum fits the free room added up.
+    Without one, every attempt returns at `fits_in_total` with the transaction as
+    it was, so the next meets the same free room: on a full cluster the action is
+    skipped whole, the waiting gangs neither sorted nor judged one by one. The
+    waiting groups of the snapshot hold every gang it could try; each request is
+    judged once."""
+    tx = ctx.transaction
+    requests = {missing_request(tx, group) for group in ctx.snapshot.waiting_groups}
+    return any(fits_in_total(ctx, request) for request in requests)
 
 
 def fits_in_total(ctx: CycleContext, request: Resources) -> bool:

@@ -51,7 +51,7 @@ from kai_ray.decisions.eviction import (
 )
 from kai_ray.decisions.fairness import quota_of
 from kai_ray.decisions.ledger import QueueLedger
-from kai_ray.decisions.ordering import Candidate, take_next
+from kai_ray.decisions.ordering import Candidate, missing_request, take_next
 from kai_ray.decisions.runtime import Protection, RuntimeField
 from kai_ray.decisions.victims import Budget, VictimUnit
 from kai_ray.state.groups import PodGroupState
@@ -119,6 +119,26 @@ def _over_share(
     return under
 
 
+def within_share(ledger: QueueLedger, leaf: str, job: Resources) -> bool:
+    """With the job added, the leaf stays within its fair share in every resource
+    the job asks for."""
+    held, share = ledger.held(leaf), ledger.fair_share.get(leaf, Resources())
+    asked = [r for r, amount in job.items() if amount > EPSILON]
+    return all(held[r] + job[r] <= share[r] + EPSILON for r in asked)
+
+
+def anyone_within_share(ctx: CycleContext) -> bool:
+    """Whether some waiting gang's queue stays within its fair share with the gang
+    added (`within_share`). Without one, every attempt stops at that first test,
+    changing nothing and asking for no wake-up: with every team at its share the
+    action is then skipped whole, the waiting gangs neither sorted nor picked and
+    the live pods not summed. The waiting groups of the snapshot hold every gang
+    the action could try; each is judged once per (queue, request)."""
+    tx, ledger = ctx.transaction, ctx.ledger
+    asked = {(group.queue, missing_request(tx, group)) for group in ctx.snapshot.waiting_groups}
+    return any(within_share(ledger, queue, request) for queue, request in asked)
+
+
 class FairShareBudget(Budget):
     """Reclaim's rules (module docstring, step 4) for one reclaimer and one job."""
 
@@ -138,8 +158,7 @@ class FairShareBudget(Budget):
     def reclaimer_within_share(self) -> bool:
         """With the job added, the reclaimer's leaf stays within its fair share. Every
         victim's test includes the leaf, so without this none can be taken from."""
-        held, share = self.ledger.held(self.leaf), self._share(self.leaf)
-        return all(held[r] + self.job[r] <= share[r] + EPSILON for r in self.asked)
+        return within_share(self.ledger, self.leaf, self.job)
 
     def reclaimer_may_take_from(self, victim_leaf: str) -> bool:
         """With the job added, the reclaimer's side stays within its fair share."""
@@ -256,6 +275,8 @@ class ReclaimAction:
     which: RuntimeField = "reclaimMinRuntime"
 
     def run(self, ctx: CycleContext) -> None:
+        if not anyone_within_share(ctx):
+            return  # every attempt would stop at its first test, changing nothing
         waiting = waiting_candidates(ctx)
         if waiting.empty():
             return  # no job to reclaim for: skip summing every live pod

@@ -18,8 +18,12 @@ drawn from a small palette of shapes so that equivalent gangs abound):
   every option offered to the budget);
 - `consolidate.total_free`, the free room added up once per transaction version
   (plain: added up for every waiting gang);
-- `preempt.victims_below_anyone`: preempt is skipped when no waiting gang's queue
-  runs a possible victim of lower priority (plain: every waiting gang tried).
+- `preempt.victims_below_anyone`, `reclaim.anyone_within_share`,
+  `consolidate.some_fit_in_total`: an action is skipped whole when every attempt
+  would stop at its first test at the state it starts from (no possible victim of
+  lower priority in any waiting gang's queue; no queue within its fair share with
+  its gang added; no gang fitting the free room added up) (plain: every waiting
+  gang tried).
 The plain path is the same cycle with the shortcut switched off; the two plans
 must be equal field by field, statuses and reasons included.
 """
@@ -64,11 +68,14 @@ SHAPES = (
 
 
 @st.composite
-def clusters(draw: st.DrawFn) -> ClusterObjects:
+def clusters(draw: st.DrawFn, full: bool = False) -> ClusterObjects:
+    """A random cluster; `full`: every node runs preemptible 4-GPU jobs of the first
+    two teams, so that waiting gangs are placed only by taking room back."""
     node_count = draw(st.integers(2, 10))
-    nodes = []
+    nodes, sizes = [], []
     for i in range(node_count):
-        node = make_node(f"n{i}").gpus(draw(st.sampled_from((4, 8)))).in_domains(rack=f"r{i % 3}")
+        sizes.append(draw(st.sampled_from((4, 8))))
+        node = make_node(f"n{i}").gpus(sizes[-1]).in_domains(rack=f"r{i % 3}")
         nodes.append(node.label("pool", "a" if i % 2 else "b").build())
     queues = [make_queue("root").build()]
     for team in TEAMS:
@@ -76,7 +83,9 @@ def clusters(draw: st.DrawFn) -> ClusterObjects:
         queues.append(make_queue(team).parent("root").gpu(quota=quota).build())
     pods: list[dict[str, Any]] = []
     groups: list[dict[str, Any]] = []
-    for j in range(draw(st.integers(0, 2 * node_count))):
+    if full:
+        _fill(draw, nodes, sizes, pods, groups)
+    for j in range(0 if full else draw(st.integers(0, 2 * node_count))):
         name, node = f"run-{j}", nodes[draw(st.integers(0, node_count - 1))]["metadata"]["name"]
         group = make_pod_group(name).queue(draw(st.sampled_from(TEAMS))).min_member(1)
         if draw(st.booleans()):
@@ -100,6 +109,23 @@ def clusters(draw: st.DrawFn) -> ClusterObjects:
     return ClusterObjects(
         nodes=nodes, pods=pods, pod_groups=groups, queues=queues, topologies=[topology]
     )
+
+
+def _fill(
+    draw: st.DrawFn,
+    nodes: list[dict[str, Any]],
+    sizes: list[int],
+    pods: list[dict[str, Any]],
+    groups: list[dict[str, Any]],
+) -> None:
+    """Every node full of preemptible 4-GPU jobs of team-a or team-b, each its own gang."""
+    for i, (node, size) in enumerate(zip(nodes, sizes, strict=True)):
+        for k in range(size // 4):
+            name = f"run-{i}-{k}"
+            team = draw(st.sampled_from(TEAMS[:2]))
+            groups.append(make_pod_group(name).queue(team).min_member(1).created(i).build())
+            pod = make_pod(f"{name}-0").gpus(4).group(name).priority(draw(st.sampled_from((0, 10))))
+            pods.append(pod.on(node["metadata"]["name"]).build())
 
 
 def plain_running_units(
@@ -127,40 +153,37 @@ def plain_running_units(
     return units
 
 
+def _always(*_: object) -> bool:
+    return True
+
+
+#: Each shortcut as (where it is looked up, its name, what the plain path does instead).
+SHORTCUTS: tuple[tuple[object, str, object], ...] = (
+    (gang_tree, "signature", lambda tx, group: None),
+    (preempt, "running_units", plain_running_units),
+    (reclaim, "running_units", plain_running_units),
+    (
+        WaitingJobs,
+        "key_of",
+        lambda waiting, ledger, name, request: queue_key(ledger, name, request),
+    ),
+    (eviction, "refusal_key", lambda ctx, candidate: None),
+    (FairShareBudget, "refuses_every", lambda budget, units: False),
+    (consolidate, "total_free", consolidate.summed_free),
+    (preempt, "victims_below_anyone", _always),
+    (reclaim, "anyone_within_share", _always),
+    (consolidate, "some_fit_in_total", _always),
+)
+
+
 @pytest.fixture
 def plain_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bool], None]]:
     """Switches the shortcuts off (True) or back on (False)."""
-    originals = (
-        gang_tree.signature,
-        preempt.running_units,
-        reclaim.running_units,
-        WaitingJobs.key_of,
-        eviction.refusal_key,
-        FairShareBudget.refuses_every,
-        consolidate.total_free,
-        preempt.victims_below_anyone,
-    )
+    originals = [getattr(where, name) for where, name, _ in SHORTCUTS]
 
     def switch(plain: bool) -> None:
-        signature, preempt_units, reclaim_units, key_of, refusal_key, refuses_every, free, below = (
-            originals
-        )
-        if plain:
-            signature = lambda tx, group: None  # noqa: E731
-            preempt_units = reclaim_units = plain_running_units
-            key_of = lambda waiting, ledger, name, request: queue_key(ledger, name, request)  # noqa: E731
-            refusal_key = lambda ctx, candidate: None  # noqa: E731
-            refuses_every = lambda budget, units: False  # noqa: E731
-            free = consolidate.summed_free
-            below = lambda ctx: True  # noqa: E731
-        monkeypatch.setattr(eviction, "refusal_key", refusal_key)
-        monkeypatch.setattr(FairShareBudget, "refuses_every", refuses_every)
-        monkeypatch.setattr(consolidate, "total_free", free)
-        monkeypatch.setattr(preempt, "victims_below_anyone", below)
-        monkeypatch.setattr(WaitingJobs, "key_of", key_of)
-        monkeypatch.setattr(gang_tree, "signature", signature)
-        monkeypatch.setattr(preempt, "running_units", preempt_units)
-        monkeypatch.setattr(reclaim, "running_units", reclaim_units)
+        for (where, name, instead), original in zip(SHORTCUTS, originals, strict=True):
+            monkeypatch.setattr(where, name, instead if plain else original)
 
     yield switch
 
@@ -183,6 +206,22 @@ def _fields(plan: Plan) -> tuple[object, ...]:
 def test_a_cycle_with_its_shortcuts_plans_what_the_plain_path_plans(
     plain_path: Callable[[bool], None], objects: ClusterObjects
 ) -> None:
+    plain_path(True)
+    plain = _plan(objects)
+    plain_path(False)
+    assert _fields(_plan(objects)) == _fields(plain)
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(objects=clusters(full=True))
+def test_on_a_full_cluster_the_shortcuts_plan_what_the_plain_path_plans(
+    plain_path: Callable[[bool], None], objects: ClusterObjects
+) -> None:
+    """Reclaim and preempt at work: room is made only by evicting."""
     plain_path(True)
     plain = _plan(objects)
     plain_path(False)
