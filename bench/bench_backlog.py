@@ -10,7 +10,11 @@ time of one cycle (the snapshot built apart), the best of `--repeat` runs, so
 how the cycle's cost grows with the number of jobs it cannot place is seen
 alone. With `--compare DIR` each backlog is also run by the code in DIR (a
 `git worktree` of the baseline commit) in a child process, interleaved with
-the current code's runs. Not a test: it prints figures.
+the current code's runs; both sides are measured by this file's `measure`.
+With `--kept-sums` the cycle is handed a `GroupTotals` already brought up to
+the snapshot, as the operator's loop and the simulator hold one from cycle to
+cycle (without it every cycle sums every group afresh, as a first cycle does).
+Not a test: it prints figures.
 """
 
 from __future__ import annotations
@@ -65,8 +69,11 @@ def objects(node_count: int, backlog: int, seed: int = 7) -> Any:
     )
 
 
-def measure(node_count: int, backlog: int, repeat: int) -> dict[str, float]:
+def measure(
+    node_count: int, backlog: int, repeat: int, kept_sums: bool = False
+) -> dict[str, float]:
     from kai_ray.decisions.cycle import run_cycle
+    from kai_ray.decisions.totals import GroupTotals
     from kai_ray.state.snapshot import build_snapshot
     from kai_ray.values.clock import SIM_EPOCH_S
     from kai_ray.values.config import SchedulerConfig
@@ -76,21 +83,26 @@ def measure(node_count: int, backlog: int, repeat: int) -> dict[str, float]:
     built = time.perf_counter() - start
     # In-process placement: the Ray backend's round trips are another benchmark's.
     config = SchedulerConfig.model_validate({"spec": {"rayBackend": {"mode": "never"}}})
+    totals = GroupTotals().update(snapshot) if kept_sums else None
     times, binds, evictions = [], 0, 0
     for cycle in range(repeat):
         start = time.perf_counter()
-        result = run_cycle(snapshot, config, cycle + 1, SIM_EPOCH_S)
+        result = run_cycle(snapshot, config, cycle + 1, SIM_EPOCH_S, totals=totals)
         times.append(time.perf_counter() - start)
         binds, evictions = len(result.plan.binds), len(result.plan.evictions)
     return {"snapshot_s": built, "cycle_s": min(times), "binds": binds, "evictions": evictions}
 
 
-def run_in(folder: str, node_count: int, backlog: int, repeat: int) -> dict[str, float]:
-    """`measure` in a child process whose kai_ray is the one in `folder`."""
+def run_in(
+    folder: str, node_count: int, backlog: int, repeat: int, kept_sums: bool
+) -> dict[str, float]:
+    """This file's `measure` in a child process whose kai_ray is the one in `folder`."""
     code = (
-        f"import json, sys; sys.path.insert(0, {folder!r}); sys.path.insert(1, {os.getcwd()!r});"
-        "from bench.bench_backlog import measure;"
-        f"print(json.dumps(measure({node_count}, {backlog}, {repeat})))"
+        f"import json, sys, importlib.util; sys.path.insert(0, {folder!r});"
+        f"sys.path.insert(1, {os.getcwd()!r});"
+        f"spec = importlib.util.spec_from_file_location('bench_backlog_run', {__file__!r});"
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module);"
+        f"print(json.dumps(module.measure({node_count}, {backlog}, {repeat}, {kept_sums})))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=folder
@@ -104,13 +116,18 @@ def main() -> None:
     parser.add_argument("--backlogs", default="100,1000,5000,10000")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--compare", default="", help="a worktree of the baseline commit")
+    parser.add_argument("--kept-sums", action="store_true", help="the operator's kept sums")
     args = parser.parse_args()
     here = str(Path(__file__).resolve().parents[1])
-    print(f"{args.nodes} nodes x 8 GPUs, full; best of {args.repeat} cycles per figure")
+    sums = "kept sums" if args.kept_sums else "fresh sums"
+    print(f"{args.nodes} nodes x 8 GPUs, full; best of {args.repeat} cycles per figure; {sums}")
     print("backlog | baseline cycle | cycle | snapshot | binds | evictions")
     for backlog in map(int, args.backlogs.split(",")):
-        base = run_in(args.compare, args.nodes, backlog, args.repeat) if args.compare else None
-        new = run_in(here, args.nodes, backlog, args.repeat)
+        kept = args.kept_sums
+        base = (
+            run_in(args.compare, args.nodes, backlog, args.repeat, kept) if args.compare else None
+        )
+        new = run_in(here, args.nodes, backlog, args.repeat, kept)
         before = f"{base['cycle_s'] * 1000:.0f} ms" if base else "-"
         print(
             f"{backlog} | {before} | {new['cycle_s'] * 1000:.0f} ms | "

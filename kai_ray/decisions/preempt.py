@@ -74,7 +74,19 @@ def victims_below_anyone(ctx: CycleContext) -> bool:
     is looked at, so no protection asks for a wake-up) and changes nothing: with a
     deep backlog of equal priorities the action is then skipped whole, the waiting
     gangs neither sorted nor picked. The waiting groups of the snapshot hold every
-    gang the action could try."""
+    gang the action could try. Every group that may give victims runs (has bound
+    members), so a glance at each group's priority first spares cutting the victim
+    units of every running group when none runs below a waiting gang of its queue."""
+    highest: dict[str, int] = {}
+    for group in ctx.snapshot.waiting_groups:
+        priority = group_priority(group)
+        if priority > highest.get(group.queue, priority - 1):
+            highest[group.queue] = priority
+    if not any(
+        group.bound and group_priority(group) < highest.get(group.queue, group_priority(group))
+        for group in ctx.snapshot.pod_groups.values()
+    ):
+        return False  # no running group below any: cutting victim units would find none
     lowest = victim_groups(ctx).lowest
     return any(
         group.queue in lowest and lowest[group.queue] < group_priority(group)
