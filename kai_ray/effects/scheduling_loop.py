@@ -120,6 +120,8 @@ class SchedulingLoop:
         self._thread = threading.Thread(target=self._run, name="scheduling-loop", daemon=True)
         #: Status bodies last written, by (kind, key): a write only when they change.
         self._written: dict[tuple[str, str], Mapping[str, Any]] = {}
+        #: Status bodies queued for the writers and not tried yet, by (kind, key).
+        self._queued: dict[tuple[str, str], Mapping[str, Any]] = {}
         #: The PodGroup status bodies last made, with what they were made of: a
         #: group whose inputs are the same objects is not worked out again.
         self._group_bodies: dict[str, _StatusBody] = {}
@@ -399,10 +401,11 @@ class SchedulingLoop:
             if (
                 kept is not None
                 and kept.inputs.same_as(inputs)
-                and self._written.get((POD_GROUP, key)) == kept.body
+                and self._told((POD_GROUP, key), kept.body)
             ):
                 # The same group state (the cache keeps it while nothing of it
-                # changed), told the same: the body written last is still right.
+                # changed), told the same: the body written (or on its way, as
+                # while binds go first in a burst) is still right.
                 phases[key] = kept.phase
                 continue
             partly = count if count < len(group.bound) else None
@@ -450,11 +453,18 @@ class SchedulingLoop:
         Unschedulable Event."""
         for kind, key, body, ref in changes:
             if self._written.get((kind, key)) != body:
+                self._queued[(kind, key)] = body
                 write = functools.partial(self._write_status, kind, key, body, ref)
                 self.backlog.status(kind, key, write)
 
+    def _told(self, target: tuple[str, str], body: Mapping[str, Any]) -> bool:
+        """Whether `body` is the status last written, or the one waiting to be."""
+        return self._queued.get(target) is body or self._written.get(target) == body
+
     def _write_status(self, kind: str, key: str, body: Mapping[str, Any], ref: ObjectRef) -> None:
         before = self._written.get((kind, key)) or {}
+        if self._queued.get((kind, key)) is body:
+            del self._queued[(kind, key)]
         if before == body or not self.writer.patch_status(kind, key, body).ok:
             return  # a PodGroup not created yet is written again next cycle
         self._written[(kind, key)] = body
