@@ -48,18 +48,18 @@ class _Allocation:
         self.ctx = ctx
 
     def run(self) -> None:
-        minimums, extras = WaitingJobs(), list[Candidate]()
+        minimums, extras = list[Candidate](), list[Candidate]()
         tx = self.ctx.transaction
         for group in self.ctx.snapshot.pod_groups.values():
             if not group.pending:
                 continue  # neither waiting (its missing pods are pending ones) nor extras
             if waits(group, tx):
-                minimums.add(candidate_for(group, tx))
+                minimums.append(candidate_for(group, tx))
             elif group.pending and not group.missing and not releasing_members(group):
                 # admitted: extras may follow
                 self.ctx.plan.statuses.state(admitted(group))
                 extras.append(candidate_for(group))
-        self.minimums(minimums, extras)
+        self.minimums(WaitingJobs(minimums), extras)  # each queue sorted once
         self.extras(extras)
 
     def minimums(self, waiting: WaitingJobs, extras: list[Candidate]) -> None:
