@@ -394,7 +394,8 @@ def main() -> None:
     parser.add_argument(
         "--py-spy",
         metavar="FILE",
-        help="record the operator with py-spy (if installed) into FILE: collapsed stacks of the thread holding the GIL",
+        help="record the operator with py-spy (if installed) into FILE: collapsed stacks "
+        "of the thread holding the GIL",
     )
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, {platform.python_version()}, {platform.machine()}")

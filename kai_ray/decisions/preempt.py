@@ -82,8 +82,10 @@ def victims_below_anyone(ctx: CycleContext) -> bool:
         priority = group_priority(group)
         if priority > highest.get(group.queue, priority - 1):
             highest[group.queue] = priority
+    if not highest:
+        return False  # nothing waits (a quiet cycle): no group is looked at
     if not any(
-        group.bound and group_priority(group) < highest.get(group.queue, group_priority(group))
+        group.bound and group.queue in highest and group_priority(group) < highest[group.queue]
         for group in ctx.snapshot.pod_groups.values()
     ):
         return False  # no running group below any: cutting victim units would find none
