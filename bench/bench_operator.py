@@ -1,6 +1,7 @@
 """The operator on a real control plane: pods bound per second against kube-scheduler.
 
-Run: `.venv/bin/python -m bench.bench_operator [--nodes 500] [--pods 4000] [--gang 512]`
+Run: `.venv/bin/python -m bench.bench_operator [--nodes 500] [--pods 4000] [--gang 512]
+[--baseline DIR] [--only kai-ray|gang|kube-scheduler] [--py-spy FILE]`
 (needs the binaries of `e2e/build.sh`; it brings up its own control plane on
 other ports than the e2e tests' and takes it down at the end).
 
@@ -213,13 +214,14 @@ def delete_namespace(core: client.CoreV1Api, namespace: str) -> None:
 
 
 @contextlib.contextmanager
-def operator(exports: dict[str, str], log: Path) -> Iterator[int]:
-    env = {**os.environ, **exports}
+def operator(exports: dict[str, str], log: Path, code: Path = REPO) -> Iterator[int]:
+    """`kai-ray operator` from the checkout (or from `code`, a worktree of a baseline)."""
+    env = {**os.environ, **exports, "PYTHONPATH": str(code)}
     args = [sys.executable, "-m", "kai_ray", "operator", "--no-webhook", "--no-leader-elect"]
     args += ["--health-port", "28581", "--metrics-port", "0"]
     with log.open("w") as out:
         proc = subprocess.Popen(
-            args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
+            args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=code, start_new_session=True
         )
         try:
             wait_for(lambda: _ready("http://127.0.0.1:28581/readyz"), 60)
@@ -280,6 +282,13 @@ def live_figures(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         make_nodes(core, args.nodes)
         log = Path(tempfile.gettempdir()) / "kai-ray-bench-operator.log"
         os.environ["KUBECONFIG"] = exports["KUBECONFIG"]
+        if args.baseline:
+            with operator(exports, log.with_suffix(".baseline.log"), Path(args.baseline)) as pid:
+                bodies = [pod_body(f"p{i}", "kai-ray") for i in range(args.pods)]
+                figures["kai-ray baseline"] = timed_run(
+                    core, "bench-base", bodies, args.timeout, pid
+                )
+                delete_namespace(core, "bench-base")
         with operator(exports, log) as pid, profiled(pid, args.py_spy):
             if args.only in ("all", "kai-ray"):
                 bodies = [pod_body(f"p{i}", "kai-ray") for i in range(args.pods)]
@@ -396,6 +405,11 @@ def main() -> None:
         metavar="FILE",
         help="record the operator with py-spy (if installed) into FILE: collapsed stacks "
         "of the thread holding the GIL",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also time the 4,000 pods with the operator of DIR (a git worktree), first",
     )
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, {platform.python_version()}, {platform.machine()}")
