@@ -298,6 +298,11 @@ class PodGroupSpec(ApiModel):
     staleGracePeriod: Duration | None = Field(
         default=None, description="Override of the stale-gang grace period."
     )
+    placementStrategy: Literal["binpack", "spread"] | None = Field(
+        default=None,
+        description="Override of the scheduler's placementStrategy for this gang's nodes and "
+        "GPU devices; unset follows the scheduler.",
+    )
 
     @model_validator(mode="after")
     def _subgroups_consistent(self) -> PodGroupSpec:

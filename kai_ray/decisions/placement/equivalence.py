@@ -1,7 +1,7 @@
 """Equivalent gangs are judged once: a gang that did not fit, remembered until the cluster changes.
 
 Two gangs are equivalent when placement reads the same from both: the same
-minimum, minimum of subgroups and topology constraint, and pods alike, in
+minimum, minimum of subgroups, topology constraint and placement strategy, and pods alike, in
 order, in everything a filter, a fit or a score reads (requests, GPU share,
 node selector, affinity, tolerations). Only plain gangs have a signature: no
 subgroups, no nominated nodes, and every live pod pending and not placed this
@@ -59,7 +59,13 @@ def signature(tx: Transaction, group: PodGroupState) -> Hashable | None:
         return None
     pods = tuple(_pod_signature(pod) for pod in live)
     done = len(group.succeeded)
-    return (spec.minMember - done, spec.minSubGroup, spec.topologyConstraint, pods)
+    return (
+        spec.minMember - done,
+        spec.minSubGroup,
+        spec.topologyConstraint,
+        spec.placementStrategy,
+        pods,
+    )
 
 
 def _pod_signature(pod: PodState) -> Hashable:

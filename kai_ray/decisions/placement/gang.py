@@ -67,6 +67,9 @@ class Context:
     group: PodGroupState
     config: SchedulerConfigSpec
 
+    def __post_init__(self) -> None:
+        self.config = gang_config(self.config, self.group)
+
     @property
     def backend(self) -> PlacementBackend:
         """Made on first use: a gang without topology never needs (or starts) Ray."""
@@ -80,6 +83,17 @@ class Context:
     def everywhere(self) -> NodeSet:
         nodes = np.arange(len(self.tx.snapshot.node_names), dtype=np.intp)
         return NodeSet(nodes, "the cluster")
+
+
+def gang_config(config: SchedulerConfigSpec, group: PodGroupState) -> SchedulerConfigSpec:
+    """The scheduler's configuration as this gang's placement sees it: the PodGroup's own
+    `placementStrategy`, when set, replaces the global one for its node and device
+    choices only (queue order, victims and consolidation keep the global one). Unset,
+    the configuration is returned as it is, so nothing changes for other gangs."""
+    strategy = group.spec.placementStrategy
+    if strategy is None or strategy == config.placementStrategy:
+        return config
+    return config.model_copy(update={"placementStrategy": strategy})
 
 
 def place_set(ctx: Context, pod_set: PodSet, allowed: NodeSet) -> Failure | None:
