@@ -20,6 +20,8 @@ MIN_MEMBER_ANNOTATION = "kai-ray.io/min-member"
 TOPOLOGY_ANNOTATION = "kai-ray.io/topology"
 TOPOLOGY_REQUIRED_ANNOTATION = "kai-ray.io/topology-required"
 TOPOLOGY_PREFERRED_ANNOTATION = "kai-ray.io/topology-preferred"
+#: On a workload: its derived PodGroup's `spec.placementStrategy` (binpack or spread).
+PLACEMENT_STRATEGY_ANNOTATION = "kai-ray.io/placement-strategy"
 GPU_FRACTION_ANNOTATION = "kai-ray.io/gpu-fraction"
 #: KAI's key; the same meaning (a share of one device), so KubeRay's KAI samples run as written.
 GPU_FRACTION_ANNOTATION_ALIASES = ("gpu-fraction",)

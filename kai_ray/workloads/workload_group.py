@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import ValidationError
 
 from kai_ray.values.api import ObjectMeta, PodGroup, PodGroupSpec, SubGroup, TopologyConstraint
 from kai_ray.values.errors import InvalidObjectError, ObjectRef, Problem
 from kai_ray.values.names import (
+    PLACEMENT_STRATEGY_ANNOTATION,
     QUEUE_LABEL,
     QUEUE_LABEL_ALIASES,
     TOPOLOGY_ANNOTATION,
@@ -34,6 +35,7 @@ DEFAULT_NAMESPACE = "default"
 _UNNAMED = "<unnamed>"
 
 Model = TypeVar("Model")
+Strategy = Literal["binpack", "spread"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,21 @@ class WorkloadHeader:
             )
         return TopologyConstraint(topology=name, requiredLevel=required, preferredLevel=preferred)
 
+    def placement_strategy(self) -> Strategy | None:
+        """The gang's own placement strategy, written as an annotation on the workload so
+        that a derived PodGroup can carry it as an explicit one does in its spec."""
+        value = self.annotations.get(PLACEMENT_STRATEGY_ANNOTATION)
+        if value == "binpack":
+            return "binpack"
+        if value == "spread":
+            return "spread"
+        if value is not None:
+            self.reader.problem(
+                keyed("metadata.annotations", PLACEMENT_STRATEGY_ANNOTATION),
+                f"must be binpack or spread, got {value!r}",
+            )
+        return None
+
     def check_unique(self, names: Sequence[tuple[str, str]]) -> None:
         """Subgroup names must be unique; each comes as (path of its field, name)."""
         seen: set[str] = set()
@@ -135,9 +152,12 @@ class WorkloadHeader:
         `members` become subgroups; a workload without subgroups passes its one
         `single` member instead.
         """
+        strategy = self.placement_strategy()
         self.reader.raise_problems()
         parts = list(members) if single is None else [single]
         spec = self._spec(queue, parts, priority, topology, with_subgroups=single is None)
+        if strategy is not None:
+            spec = spec.model_copy(update={"placementStrategy": strategy})
         return WorkloadGroup(
             pod_group=PodGroup(metadata=self._metadata(group_name, queue), spec=spec),
             workload=self.ref,

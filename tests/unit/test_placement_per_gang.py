@@ -1,12 +1,18 @@
-"""A PodGroup's own `placementStrategy`: validated by name, and it replaces only the strategy."""
+"""A PodGroup's own `placementStrategy` (or its workload's annotation): validated by name,
+and it replaces only the strategy."""
 
 from __future__ import annotations
+
+import pytest
 
 from kai_ray.decisions.placement.gang import gang_config
 from kai_ray.effects.reporting import validity_condition
 from kai_ray.state.groups import PodGroupState
 from kai_ray.values.api import PodGroupSpec
 from kai_ray.values.config import SchedulerConfigSpec
+from kai_ray.values.errors import InvalidObjectError
+from kai_ray.workloads.grouping import derive_group, derive_groups
+from tests.unit.workload_builders import job
 
 NOW = "2026-12-03T00:00:00Z"
 
@@ -52,3 +58,19 @@ def test_set_replaces_only_the_strategy() -> None:
     assert placed.model_dump(exclude={"placementStrategy"}) == config.model_dump(
         exclude={"placementStrategy"}
     )
+
+
+def test_a_workload_annotation_becomes_the_derived_group_strategy() -> None:
+    obj = job(annotations={"kai-ray.io/placement-strategy": "spread"})
+    assert derive_group(obj).pod_group.spec.placementStrategy == "spread"
+
+
+def test_a_workload_without_the_annotation_has_no_strategy() -> None:
+    assert derive_group(job()).pod_group.spec.placementStrategy is None
+
+
+def test_an_unknown_annotation_value_is_refused_naming_the_annotation() -> None:
+    with pytest.raises(InvalidObjectError) as caught:
+        derive_groups(job(annotations={"kai-ray.io/placement-strategy": "pack"}))
+    fields = [p.field for p in caught.value.problems]
+    assert "metadata.annotations[kai-ray.io/placement-strategy]" in fields
