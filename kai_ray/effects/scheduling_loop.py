@@ -360,11 +360,15 @@ class SchedulingLoop:
 
     def _create_pod_group(self, key: str, body: dict[str, Any], workload: tuple[str, str]) -> None:
         result = self.writer.create_pod_group(body)
-        if result.outcome is Outcome.PERMANENT:
+        if result.ok:
+            # Its status may have been tried before it existed (another writer took
+            # it meanwhile): the next cycle writes it, without waiting for an event.
+            self.changed.set()
+        elif result.outcome is Outcome.PERMANENT:
             LOG.warning("PodGroup %s not created: %s", key, result.message)
             with self.lock:
                 self.cache.delete(POD_GROUP, key)
-        elif not result.ok:
+        else:
             with self.lock:
                 self._created_groups.discard(key)  # derived again next cycle
                 self._to_derive.add(workload)
