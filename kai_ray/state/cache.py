@@ -288,19 +288,21 @@ class ClusterCache:
     def assume(self, key: str, node: str, devices: str = "") -> None:
         """Read the pod as bound to `node` until the watch shows it (or the TTL,
         counted from now, ends)."""
-        self._unindex(key)
-        self._pinned.pop(key, None)
-        self._assumed[key] = Assumed(node, devices)
-        self._assumed_keys.add(key)
-        self._pod_changed(key)
-        self._index(key)
+        self._hold(key, Assumed(node, devices), pinned=False)
 
     def reserve(self, key: str, node: str, devices: str = "") -> None:
         """Read the pod as bound to `node` while its bind waits to be made: no TTL
         runs until `assume` (the bind made) or `forget_assumed` (it failed)."""
+        self._hold(key, Assumed(node, devices), pinned=True)
+
+    def _hold(self, key: str, held: Assumed, pinned: bool) -> None:
         self._unindex(key)
         self._assumed.pop(key, None)
-        self._pinned[key] = Assumed(node, devices)
+        self._pinned.pop(key, None)
+        if pinned:
+            self._pinned[key] = held
+        else:
+            self._assumed[key] = held
         self._assumed_keys.add(key)
         self._pod_changed(key)
         self._index(key)
