@@ -23,8 +23,9 @@ The cycle decides; the binder makes it so, in the order a cluster needs:
    not happen in the end gives its reservation back (`unreserve`). One slow
    eviction thus holds up neither the cycle nor any other gang's binds. With
    `submit` as well (the operator), every bind is made that way: reserved in
-   plan order, then each node's binds handed to the operator's writers, which
-   make them ahead of any status, Event or PodGroup creation. The next cycle
+   plan order, then handed to the operator's writers one bind at a time (a gang
+   packed onto a few nodes is bound by many writers at once), which make them
+   ahead of any status, Event or PodGroup creation. The next cycle
    starts while they go out, and reads them as bound; `on_bound` and
    `on_failed` hear how each ended;
 4. group statuses the plan states (staleness, nominations), persisted on the
@@ -137,7 +138,7 @@ class Binder:
     reserve: Callable[[Bind], None] | None = None
     #: Gives back a reservation whose bind did not happen.
     unreserve: Callable[[Bind], None] | None = None
-    #: Hands one node's binds to the writers (the operator's, binds first); with
+    #: Hands one bind to the writers (the operator's, binds first); with
     #: `reserve`, `apply` then returns as soon as every bind is reserved.
     submit: Callable[[Callable[[], None]], None] | None = None
     #: Called after each bind that failed or was skipped, with why.
@@ -151,11 +152,11 @@ class Binder:
         for evict in plan.evictions:
             self._evict(evict, report)
         # 2. Admissions: placed placeholders release their workload.
-        binds = self._admit(plan.binds, report)
+        planned = self._admit(plan.binds, report)
         # 3. Binds, in parallel across nodes, in plan order on each node.
         freed = {snapshot.pods[e.pod].node for e in report.evicted if e.pod in snapshot.pods}
         by_node: dict[str, list[Bind]] = {}
-        for bind in binds:
+        for bind in planned:
             by_node.setdefault(bind.node, []).append(bind)
         batches = [(binds, node in freed) for node, binds in by_node.items()]
         if self.reserve is not None and self.eviction_wait_s > 0:
@@ -163,7 +164,8 @@ class Binder:
                 self._defer(binds, snapshot, report)
             batches = [batch for batch in batches if not batch[1]]
         if self.reserve is not None and self.submit is not None:
-            self._hand_over([binds for binds, _ in batches], snapshot, report)
+            now_made = {binds[0].node for binds, _ in batches}
+            self._hand_over([b for b in planned if b.node in now_made], snapshot, report)
             batches = []
         for done in self._map(lambda b: self._bind_all(b[0], b[1], snapshot), batches):
             for bind, result in done:
@@ -190,17 +192,17 @@ class Binder:
         self._waiting = [f for f in self._waiting if not f.done()]
         self._waiting.append(self._background.submit(self._finish, binds, snapshot))
 
-    def _hand_over(
-        self, batches: list[list[Bind]], snapshot: Snapshot, report: ApplyReport
-    ) -> None:
-        """Every node's binds reserved now (plan order), then made by the writers."""
+    def _hand_over(self, binds: list[Bind], snapshot: Snapshot, report: ApplyReport) -> None:
+        """Every bind reserved now, then made by the writers one by one in plan
+        order: gang after gang, each gang's pods on as many writers as are free.
+        (Handing a node's binds to one writer made a gang packed onto a few nodes
+        wait for those nodes' binds one after another.)"""
         assert self.reserve is not None and self.submit is not None
-        for binds in batches:
-            for bind in binds:
-                self.reserve(bind)
-            report.deferred.extend(binds)
-        for binds in batches:
-            self.submit(functools.partial(self._finish, binds, snapshot, False))
+        for bind in binds:
+            self.reserve(bind)
+        report.deferred.extend(binds)
+        for bind in binds:
+            self.submit(functools.partial(self._finish, [bind], snapshot, False))
 
     def _finish(self, binds: list[Bind], snapshot: Snapshot, wait: bool = True) -> None:
         made: set[str] = set()

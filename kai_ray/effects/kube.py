@@ -60,8 +60,11 @@ class ApiError(Exception):
         self.status, self.reason, self.body = status, reason, body
 
 
-def connect(kubeconfig: str | None = None, pool_size: int = 16) -> Rest:
-    """A client: the pod's service account in a cluster, else the kubeconfig."""
+def connect(kubeconfig: str | None = None, pool_size: int = 32) -> Rest:
+    """A client: the pod's service account in a cluster, else the kubeconfig.
+
+    One pool serves the operator's long-lived watches (one per kind), its sixteen
+    writers and the loop's own reads: 32 connections leave none of them waiting."""
     configuration = client.Configuration()
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]

@@ -8,7 +8,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -17,6 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from .conftest import REPO, ControlPlane
 from .nodes import BLOCK_LABEL, GPU, GPU_PRODUCT_LABEL, RACK_LABEL, ZONE_LABEL
+from .polling import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -26,20 +27,6 @@ CHARTS = Path(__file__).parent / "charts"
 NO_SCHEDULER = "kai-ray-e2e-unscheduled"
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
-
-T = TypeVar("T")
-
-
-def eventually(probe: Callable[[], T | None], timeout: float = 60, what: str = "") -> T:
-    """Poll ``probe`` until it returns a truthy value; return that value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or probe}")
-        time.sleep(0.3)
 
 
 def bind(core: client.CoreV1Api, namespace: str, pod: str, node: str) -> None:
@@ -317,12 +304,18 @@ def test_plain_user_is_refused_by_rbac(
             "subjects": [{"apiGroup": RBAC_GROUP, "kind": "User", "name": "e2e-user"}],
         },
     )
-    # RBAC changes reach the authorizer through its informer: allow a moment
-    eventually(
-        lambda: user_core.list_namespaced_pod(namespace).items == [],
-        timeout=10,
-        what="the RoleBinding to take effect",
-    )
+
+    # RBAC changes reach the authorizer through its informer: until then the
+    # user is still refused, which is the one error this wait tolerates
+    def may_list() -> bool:
+        try:
+            return user_core.list_namespaced_pod(namespace).items == []
+        except ApiException as refused:
+            if refused.status != 403:
+                raise
+            return False
+
+    eventually(may_list, timeout=30, what="the RoleBinding to take effect")
     with pytest.raises(ApiException) as still_denied:
         user_core.create_namespaced_pod(
             namespace,

@@ -305,10 +305,11 @@ def test_binds_handed_to_the_writers_are_reserved_until_each_ends() -> None:
     binds = [Bind("ns/a", "ns/a", "n1"), Bind("ns/b", "ns/b", "n1")]
     report = binder.apply(Plan(cycle=1, binds=binds), cache.snapshot(), 0.0)
     assert (report.bound, [b.pod for b in report.deferred]) == ([], ["ns/a", "ns/b"])
-    assert writer.calls == [] and len(queued) == 1  # one node: one batch, in plan order
+    assert writer.calls == [] and len(queued) == 2  # a bind a writer, in plan order
     clock.now = 100  # long past the TTL: still reserved, nothing else may take the room
     assert cache.snapshot().free[0, 2] == 4
-    queued.pop()()
+    for write in queued:
+        write()
     assert ended == [("ns/a", True), ("ns/b", False)]
     assert ("b", "FailedBinding") in writer.events
     snapshot = cache.snapshot()
