@@ -24,6 +24,7 @@ from kai_ray.decisions.context import Action, ActionRegistry, CycleContext, Cycl
 from kai_ray.decisions.eviction import release_terminating
 from kai_ray.decisions.fairness import OverCommitment, fair_shares, over_committed
 from kai_ray.decisions.ordering import waiting_gangs
+from kai_ray.decisions.placement.mix import CLASS_COUNTS
 from kai_ray.decisions.plan import Plan
 from kai_ray.decisions.preempt import PreemptAction
 from kai_ray.decisions.reclaim import ReclaimAction
@@ -111,6 +112,7 @@ def run_cycle(
     opening = dict(ledger.allocated)
     plan = Plan(cycle=cycle)
     tx = Transaction(snapshot)
+    tx.memo.keep(CLASS_COUNTS, None, totals.class_counts)
     ctx = CycleContext(snapshot, spec, shares, ledger, tx, plan, log, now, capacity)
     #    Pods being deleted release their room: the actions place onto it (pipelining).
     release_terminating(ctx)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from kai_ray.decisions.admission import TypedKey, is_preemptible, typed_gpus, typed_keys
 from kai_ray.decisions.ordering import group_priority
+from kai_ray.decisions.placement.mix import ClassCounts
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.snapshot import Snapshot
@@ -92,6 +93,10 @@ class GroupTotals:
     preemptible, and typed GPUs), exact, following the snapshots it is given."""
 
     def __init__(self) -> None:
+        #: The live pods by class, for the workload mix of `placementStrategy:
+        #: fragmentation` (`mix.ClassCounts`): kept here, where the cycle's other
+        #: walks over every pod are kept, and followed only when the mix is asked for.
+        self.class_counts = ClassCounts()
         self._reset()
 
     def _reset(self) -> None:

@@ -10,16 +10,20 @@ kept relative to the first observation (an observation `h` seconds later weighs
 twice as much), so observing is O(1) and nothing is rescaled until the
 exponent grows large.
 
-The cycle's mix is built once per transaction from the snapshot: every live pod
-(bound or pending, any scheduler's) observed at its creation time. Only the
-heaviest classes are scored (`MixArrays`: those that cover `coverage` of the
-weight, at most `max_classes`), laid out as arrays over the snapshot's nodes.
-Pure: no I/O.
+The cycle's mix is made once per transaction from the snapshot: every live pod
+(bound or pending, any scheduler's) weighed by its creation time. The pods are
+counted by class in `ClassCounts`, which a caller keeps from cycle to cycle
+(`run_cycle`'s `GroupTotals`) and which follows each snapshot by the pods that
+changed; the mix depends on the counts alone, so kept and fresh counts give the
+same mix. Only the heaviest classes are scored (`MixArrays`: those that cover
+`coverage` of the weight, at most `max_classes`), laid out as arrays over the
+snapshot's nodes. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+import math
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +58,18 @@ class WorkloadMix:
         self._examples: dict[Hashable, PodState] = {}
         self._origin: float | None = None
         self._heaviest: list[tuple[PodState, float]] | None = None
+
+    @classmethod
+    def of_weights(
+        cls,
+        weights: dict[Hashable, float],
+        examples: dict[Hashable, PodState],
+        settings: FragmentationScoring,
+    ) -> WorkloadMix:
+        """A mix of classes already weighed (in the order given: ties keep it)."""
+        mix = cls(duration_seconds(settings.halfLife), settings.coverage, settings.maxClasses)
+        mix._weights, mix._examples = weights, examples
+        return mix
 
     def observe(self, pod: PodState, at: float, count: float = 1.0) -> None:
         """`count` pods like `pod` seen at `at` (seconds, any fixed origin)."""
@@ -169,6 +185,8 @@ def _with_probability(arrays: MixArrays, probability: Matrix) -> MixArrays:
 
 #: The transaction's mix, built from its snapshot on first use.
 MIX = MemoKey[TransactionMix]("workload mix")
+#: The live pods counted by class, kept across cycles by a caller (`run_cycle`'s totals).
+CLASS_COUNTS = MemoKey["ClassCounts"]("live pods by class")
 
 
 def mix_of(tx: Transaction, settings: FragmentationScoring) -> TransactionMix:
@@ -177,24 +195,115 @@ def mix_of(tx: Transaction, settings: FragmentationScoring) -> TransactionMix:
 
 
 def snapshot_mix(tx: Transaction, settings: FragmentationScoring) -> WorkloadMix:
-    """Every live pod of the snapshot observed at its creation time."""
-    mix = WorkloadMix(duration_seconds(settings.halfLife), settings.coverage, settings.maxClasses)
-    seen: dict[tuple[Hashable, str], tuple[PodState, int]] = {}
-    for pod in tx.snapshot.pods.values():
-        if not pod.terminal:
-            key = (class_key(pod), pod.creation_timestamp)
-            example, count = seen.get(key, (pod, 0))
-            seen[key] = (example, count + 1)
-    times = {created: unix_seconds(created) for _, created in seen}
-    # A pod without a readable creation time has just been made, as far as anyone knows.
-    newest = max((t for t in times.values() if t is not None), default=0.0)
-    observations = [
-        (_or(times[created], newest), pod, count) for (_, created), (pod, count) in seen.items()
-    ]
-    for at, pod, count in sorted(observations, key=lambda item: item[0]):
-        mix.observe(pod, at, count)
-    return mix
+    """Every live pod of the snapshot observed at its creation time: from the class
+    counts kept for the transaction when there are some, else counted afresh."""
+    counts = tx.memo.get(CLASS_COUNTS, None, ClassCounts)
+    return counts.follow(tx.snapshot.pods).mix(settings)
 
 
-def _or(value: float | None, default: float) -> float:
-    return default if value is None else value
+class ClassCounts:
+    """The live pods (bound or pending, any scheduler's) counted by class and creation
+    time, following the snapshots it is given by the pods that are not the very
+    objects of the last one (the cache keeps a pod's state while it is unchanged).
+
+    The mix made from the counts depends on the counts alone, never on the order
+    or history they were made in: classes in one canonical order, each class's
+    weight a sum over its creation times in time order, relative to the newest
+    pod. So counts kept from cycle to cycle and counts made afresh give the same
+    mix to the last bit, and a cycle pays for the pods that changed, plus one pass
+    comparing identities, instead of counting every pod again."""
+
+    def __init__(self) -> None:
+        self._pods: Mapping[str, PodState] | None = None
+        #: Per live pod key: its class and creation time.
+        self._counted: dict[str, tuple[Hashable, _Time]] = {}
+        self._counts: dict[Hashable, dict[_Time, int]] = {}
+        self._examples: dict[Hashable, PodState] = {}
+        self._order: dict[Hashable, str] = {}
+        #: Per class: (times, counts) in time order; unreadable times are NaN.
+        self._laid: dict[Hashable, tuple[Matrix, Matrix]] = {}
+
+    def follow(self, pods: Mapping[str, PodState]) -> ClassCounts:
+        if pods is self._pods:
+            return self
+        before = self._pods or {}
+        for key in before.keys() - pods.keys():
+            self._forget(key)
+        times: dict[str, _Time] = {}
+        for key, pod in pods.items():
+            if before.get(key) is not pod:
+                self._forget(key)
+                if not pod.terminal:
+                    created = pod.creation_timestamp
+                    time = times.get(created) or times.setdefault(created, _time(created))
+                    self._count(key, pod, time)
+        self._pods = pods
+        return self
+
+    def _count(self, key: str, pod: PodState, created: _Time) -> None:
+        kind = class_key(pod)
+        self._counted[key] = (kind, created)
+        if kind not in self._counts:
+            self._counts[kind] = {}
+            self._examples[kind] = pod
+            self._order[kind] = _canonical(pod)
+        times = self._counts[kind]
+        times[created] = times.get(created, 0) + 1
+        self._laid.pop(kind, None)
+
+    def _forget(self, key: str) -> None:
+        counted = self._counted.pop(key, None)
+        if counted is None:
+            return
+        kind, created = counted
+        times = self._counts[kind]
+        times[created] -= 1
+        if not times[created]:
+            del times[created]
+        self._laid.pop(kind, None)
+        if not times:
+            del self._counts[kind], self._examples[kind], self._order[kind]
+
+    def mix(self, settings: FragmentationScoring) -> WorkloadMix:
+        """The mix of the pods counted, each weighed `2^(-age / halfLife)` by its
+        creation time against the newest (a pod without a readable creation time has
+        just been made, as far as anyone knows)."""
+        half_life = duration_seconds(settings.halfLife)
+        kinds = sorted(self._counts, key=self._order.__getitem__)
+        laid = [self._layout(kind) for kind in kinds]
+        newest = max((float(np.nanmax(t)) for t, _ in laid if not np.isnan(t).all()), default=0.0)
+        weights: dict[Hashable, float] = {}
+        for kind, (times, counts) in zip(kinds, laid, strict=True):
+            if half_life > 0:
+                age = newest - np.where(np.isnan(times), newest, times)
+                weights[kind] = float(np.dot(counts, np.exp2(-age / half_life)))
+            else:
+                weights[kind] = float(counts.sum())
+        examples = {kind: self._examples[kind] for kind in kinds}
+        return WorkloadMix.of_weights(weights, examples, settings)
+
+    def _layout(self, kind: Hashable) -> tuple[Matrix, Matrix]:
+        laid = self._laid.get(kind)
+        if laid is None:
+            rows = sorted(self._counts[kind].items())
+            times = [math.nan if unreadable else seconds for (unreadable, seconds, _), _ in rows]
+            counts = [n for _, n in rows]
+            laid = (np.array(times, dtype=np.float64), np.array(counts, dtype=np.float64))
+            self._laid[kind] = laid
+        return laid
+
+
+#: A creation time as the counts sort it: (unreadable, Unix seconds or 0, the text).
+_Time = tuple[bool, float, str]
+
+
+def _time(created: str) -> _Time:
+    seconds = unix_seconds(created)
+    return (seconds is None, seconds or 0.0, created)
+
+
+def _canonical(pod: PodState) -> str:
+    """A class's place in the canonical order: its key written out (every part of it
+    is a plain value with a stable repr)."""
+    requests = sorted(pod.requests.items())
+    return repr((requests, pod.gpu_share, pod.node_selector, pod.node_affinity, pod.tolerations))
