@@ -13,7 +13,11 @@
    minimum gets an extra before one already above it (`ordering.job_key`),
    so extras spread over the elastic jobs.
 Allocate never evicts and never refuses a job for being over fair share: free
-resources are handed out; taking them back is reclaim's business.
+resources are handed out; taking them back is reclaim's business. With a
+placement budget (`CycleContext.time_up`, the operator's) it stops between two
+jobs once the budget is spent and enough pods are placed (`hand_over_now`): the
+cycle ends there, its binds go out, and the next cycle goes on from the state
+they leave.
 Pure: no I/O.
 """
 
@@ -63,7 +67,10 @@ class _Allocation:
         self.extras(extras)
 
     def minimums(self, waiting: WaitingJobs, extras: list[Candidate]) -> None:
-        while (candidate := take_next(self.ctx.ledger, waiting)) is not None:
+        while (
+            not self.ctx.hand_over_now()
+            and (candidate := take_next(self.ctx.ledger, waiting)) is not None
+        ):
             reason = self.admit_minimum(candidate)
             key = candidate.group.key
             if reason:
@@ -86,8 +93,13 @@ class _Allocation:
 
     def extras(self, candidates: list[Candidate]) -> None:
         """One extra pod per turn, re-ordering after each, until none fits."""
+        if self.ctx.cut_short:
+            return
         waiting = WaitingJobs(c for c in map(self.next_extra, candidates) if c is not None)
-        while (candidate := take_next(self.ctx.ledger, waiting)) is not None:
+        while (
+            not self.ctx.hand_over_now()
+            and (candidate := take_next(self.ctx.ledger, waiting)) is not None
+        ):
             group, ctx = candidate.group, self.ctx
             preemptible = is_preemptible(group, candidate.priority)
             if refusal(ctx.ledger, group, candidate.request, preemptible):

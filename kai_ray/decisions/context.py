@@ -11,7 +11,7 @@ Pure: no I/O beyond log lines, each tagged with the cycle id.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,6 +22,9 @@ from kai_ray.state.groups import PodGroupState
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.config import SchedulerConfigSpec
 from kai_ray.values.resources import Resources
+
+#: Pods placed before a cycle may stop on its budget.
+HAND_OVER_AT = 64
 
 
 class CycleLog(logging.LoggerAdapter[logging.Logger]):
@@ -47,6 +50,23 @@ class CycleContext:
     now: float
     #: What the queues share: schedulable nodes less other schedulers' pods.
     capacity: Resources
+    #: The caller's placement budget (the operator's; None: no budget, as in the
+    #: simulator): True once the cycle should hand over what it has placed.
+    time_up: Callable[[], bool] | None = None
+    #: Set by an action that stopped on `time_up`: the cycle ends after it, and
+    #: the groups it did not try keep what they were last told.
+    cut_short: bool = False
+
+    def hand_over_now(self) -> bool:
+        """Whether to stop placing and hand the binds made so far to the binder:
+        the budget is spent and at least `HAND_OVER_AT` pods were placed (a cycle
+        that places little never stops early, so reclaim and the rest still run
+        behind a backlog that does not fit)."""
+        if self.time_up is None or len(self.transaction.placed) < HAND_OVER_AT:
+            return False
+        if self.time_up():
+            self.cut_short = True
+        return self.cut_short
 
 
 def admitted(group: PodGroupState) -> GroupStatus:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kai_ray.decisions.allocate import AllocateAction
@@ -82,6 +82,9 @@ class CycleResult:
     #: What each leaf queue's live pods asked for (the fair shares' demand); None
     #: when the result was not made by `run_cycle`.
     leaf_requests: Mapping[str, Resources] | None = None
+    #: The placement budget ended the cycle early: groups the plan says nothing of
+    #: were not tried (their statuses stand), and the next cycle should start now.
+    cut_short: bool = False
 
 
 def run_cycle(
@@ -92,11 +95,15 @@ def run_cycle(
     usage: UsageState | None = None,
     registry: ActionRegistry | None = None,
     totals: GroupTotals | None = None,
+    time_up: Callable[[], bool] | None = None,
 ) -> CycleResult:
     """One cycle. `usage` is the previous cycle's `CycleResult.usage` (None after a
     restart: the usage persisted on the queues is used and the interval restarts).
     `totals` is kept by a caller that runs cycle after cycle on snapshots of one
-    cache: the sums over every group then cost what changed (`totals.GroupTotals`)."""
+    cache: the sums over every group then cost what changed (`totals.GroupTotals`).
+    `time_up` is a placement budget (`CycleContext.time_up`): once it says so,
+    allocate stops after the job it is placing, the actions after it do not run
+    (`CycleResult.cut_short`), and the caller starts the next cycle at once."""
     log = CycleLog(LOG, {"cycle": cycle})
     actions = resolve_actions(config, registry or builtin_actions())
     spec = config.spec
@@ -113,12 +120,15 @@ def run_cycle(
     plan = Plan(cycle=cycle)
     tx = Transaction(snapshot)
     tx.memo.keep(CLASS_COUNTS, None, totals.class_counts)
-    ctx = CycleContext(snapshot, spec, shares, ledger, tx, plan, log, now, capacity)
+    ctx = CycleContext(snapshot, spec, shares, ledger, tx, plan, log, now, capacity, time_up)
     #    Pods being deleted release their room: the actions place onto it (pipelining).
     release_terminating(ctx)
     # 3. The actions, in the configured order, least disruptive first.
     for action in actions:
         action.run(ctx)
+        if ctx.cut_short:
+            log.debug("placement budget spent after %s", action.name)
+            break
     # 4. The plan binds what the transaction committed, less the pods it evicts (a
     #    moved pod is made again under another name: its new place is nominated).
     #    The queues hold what this one left them (the ledger); until the next cycle
@@ -137,4 +147,4 @@ def run_cycle(
         plan.wake_no_later_than(drift)
     log.debug("%d binds, %d statuses", len(plan.binds), len(plan.statuses))
     over = tuple(over_committed(snapshot.queues, capacity))
-    return CycleResult(plan, shares, held, over, demand)
+    return CycleResult(plan, shares, held, over, demand, ctx.cut_short)

@@ -46,6 +46,7 @@ from kai_ray.effects.status import pod_group_status, queue_statuses
 from kai_ray.state.cache import POD, POD_GROUP, QUEUE, ClusterCache, object_key
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.snapshot import Snapshot
+from kai_ray.values.api import Phase
 from kai_ray.values.clock import Clock, WallClock, rfc3339
 from kai_ray.values.config import SchedulerConfig, duration_seconds
 from kai_ray.values.errors import InvalidObjectError, ObjectRef, Problem
@@ -74,6 +75,10 @@ class LoopOptions:
     eviction_wait_s: float = 20.0
     idle_cycle_s: float = 10.0
     assume_ttl_s: float = 30.0
+    #: How long a cycle places before it hands its binds over and starts the next
+    #: (`run_cycle`'s `time_up`): in a burst of thousands of new pods the writers
+    #: start binding after this, not after the whole burst is decided.
+    placement_budget_s: float = 1.0
 
 
 class SchedulingLoop:
@@ -269,7 +274,9 @@ class SchedulingLoop:
                 continue
             self.changed.clear()
             try:
-                self.run_once()
+                if self.run_once().cut_short:
+                    self.changed.set()  # the rest of the burst: at once, no pause
+                    continue
             except Exception:
                 LOG.exception("cycle %d failed; the next one tries again", self.cycles)
             last = self.clock.now()
@@ -289,7 +296,16 @@ class SchedulingLoop:
         steps.lap("snapshot")
         self.cycles += 1
         now = self.clock.now()
-        result = run_cycle(snapshot, self.config, self.cycles, now, self.usage, totals=self.totals)
+        budget_end = time.monotonic() + self.options.placement_budget_s
+        result = run_cycle(
+            snapshot,
+            self.config,
+            self.cycles,
+            now,
+            self.usage,
+            totals=self.totals,
+            time_up=lambda: time.monotonic() > budget_end,
+        )
         self.usage = result.usage
         with self.lock:
             self.cache.set_usage(result.usage.queues)
@@ -402,6 +418,11 @@ class SchedulingLoop:
             why, count = evicted.get(key, ("", 0))
             inputs = _StatusInputs(group, planned.get(key), why, count)
             kept = self._group_bodies.get(key)
+            if result.cut_short and key not in planned and not count:
+                # Not tried by a cycle cut short by its budget: what it was last
+                # told stands until a cycle tries it (the next, at once).
+                phases[key] = kept.phase if kept is not None else _untold_phase(group)
+                continue
             if (
                 kept is not None
                 and kept.inputs.same_as(inputs)
@@ -529,6 +550,12 @@ def derived_group_key(kind: str, key: str) -> str:
     """The key of the PodGroup kai-ray derives for a workload (see `derive_groups`)."""
     namespace, _, name = key.partition("/")
     return f"{namespace}/{kind.lower()}-{name}"
+
+
+def _untold_phase(group: PodGroupState) -> str:
+    """The phase a group's PodGroup says it is in (Pending when it says nothing)."""
+    status = group.status
+    return (status.phase if status is not None and status.phase else Phase.PENDING).value
 
 
 def _statuses_by_group(plan: Plan) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kai_ray.decisions.allocate import AllocateAction
-from kai_ray.decisions.context import ActionRegistry, CycleContext
+from kai_ray.decisions.context import HAND_OVER_AT, ActionRegistry, CycleContext
 from kai_ray.decisions.cycle import CycleResult, builtin_actions, run_cycle
 from kai_ray.decisions.usage import UsageState
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
@@ -201,3 +201,84 @@ def test_a_gpu_type_with_no_room_left_is_avoided_before_placement() -> None:
     ]
     result = _cycle(nodes, queues, [(make_pod_group("pair").queue("team-a").min_member(2), 2, 1)])
     assert {bind.node for bind in result.plan.binds} == {"a100"}
+
+
+# ------------------------------------------------------------- placement budget
+
+
+def _burst(singles: int, nodes: int = 40) -> ClusterObjects:
+    teams = _two_teams()
+    jobs = [*_singles("team-a", singles // 2, 0), *_singles("team-b", singles // 2, 1000)]
+    groups, pods = [], []
+    for group, _, gpus in jobs:
+        built = group.build()
+        groups.append(built)
+        pods.append(make_pod(f"{built['metadata']['name']}-0").group(built["metadata"]["name"]))
+        pods[-1] = pods[-1].gpus(gpus).build()
+    return ClusterObjects(
+        nodes=[make_node(f"n{i}").gpus(8).build() for i in range(nodes)],
+        queues=[q.build() for q in teams],
+        pod_groups=groups,
+        pods=pods,
+    )
+
+
+def _bound(objects: ClusterObjects, result: CycleResult) -> ClusterObjects:
+    """The objects after the plan's binds (pods keyed by name: `default/<name>`)."""
+    where = {bind.pod.split("/")[1]: bind.node for bind in result.plan.binds}
+    pods = [
+        {**p, "spec": {**p["spec"], "nodeName": where[p["metadata"]["name"]]}}
+        if p["metadata"]["name"] in where
+        else p
+        for p in objects.pods
+    ]
+    return dataclasses.replace(objects, pods=pods)
+
+
+def test_a_spent_budget_ends_the_cycle_after_the_first_pods_and_says_nothing_of_the_rest() -> None:
+    objects = _burst(200)
+    result = run_cycle(build_snapshot(objects), SchedulerConfig(), 1, 100.0, time_up=lambda: True)
+    assert result.cut_short
+    assert len(result.plan.binds) == HAND_OVER_AT
+    told = {status.group for status in result.plan.statuses}
+    assert told == {bind.group for bind in result.plan.binds}  # the rest: not tried, not told
+    unbudgeted = run_cycle(build_snapshot(objects), SchedulerConfig(), 1, 100.0)
+    assert not unbudgeted.cut_short and len(unbudgeted.plan.binds) == 200
+
+
+def test_cycles_cut_short_place_the_whole_burst_in_the_same_shares() -> None:
+    objects, placed, cycles = _burst(200), Counter[str](), 0
+    while True:
+        cycles += 1
+        result = run_cycle(
+            build_snapshot(objects),
+            SchedulerConfig(),
+            cycles,
+            100.0,
+            None,
+            None,
+            None,
+            lambda: True,
+        )
+        placed.update(bind.group.split("/")[1].rsplit("-", 1)[0] for bind in result.plan.binds)
+        objects = _bound(objects, result)
+        if not result.cut_short:
+            break
+    assert cycles == 4  # 64 + 64 + 64 + the last 8
+    assert placed == {"team-a": 100, "team-b": 100}
+
+
+def test_a_cycle_that_places_little_is_never_cut_short() -> None:
+    """Below `HAND_OVER_AT` placements the budget is not looked at: a backlog that
+    does not fit still gets reclaim and the other actions every cycle."""
+    objects = _burst(200, nodes=4)  # 32 GPUs: 32 placed, 168 wait
+    asked: list[bool] = []
+    result = run_cycle(
+        build_snapshot(objects),
+        SchedulerConfig(),
+        1,
+        100.0,
+        time_up=lambda: asked.append(True) or True,
+    )
+    assert not result.cut_short and len(result.plan.binds) == 32 and not asked
+    assert len([s for s in result.plan.statuses if not s.admitted]) == 168
