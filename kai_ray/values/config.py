@@ -95,7 +95,7 @@ class SchedulerConfigSpec(ApiModel):
     schedulerName: str = "kai-ray"
     cyclePeriod: Duration = "1s"
     actions: list[str] = Field(default_factory=lambda: list(DEFAULT_ACTIONS), min_length=1)
-    placementStrategy: Literal["binpack", "spread", "fragmentation"] = "binpack"
+    placementStrategy: Literal["binpack", "spread", "fragmentation"] = "fragmentation"
     fragmentation: FragmentationScoring = Field(default_factory=FragmentationScoring)
     timeBasedFairness: TimeBasedFairness = Field(default_factory=TimeBasedFairness)
     staleGangGracePeriod: Duration = "60s"

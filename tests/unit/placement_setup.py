@@ -10,6 +10,9 @@ from kai_ray.state.snapshot import ClusterObjects, Snapshot, build_snapshot
 from kai_ray.values.config import SchedulerConfigSpec
 from tests.builders import PodBuilder, make_pod, make_pod_group, make_queue
 
+#: The strategy these helpers place with unless told (the rules most placement tests hold).
+BINPACK = SchedulerConfigSpec(placementStrategy="binpack")
+
 Obj = dict[str, Any]
 
 
@@ -61,7 +64,7 @@ def place(
 
 def extras(tx: Transaction, group: str = "default/g", limit: int | None = None) -> int:
     """Extras placed and committed."""
-    placed = place_extras(tx, tx.snapshot.pod_groups[group], SchedulerConfigSpec(), limit)
+    placed = place_extras(tx, tx.snapshot.pod_groups[group], BINPACK, limit)
     tx.commit()
     return placed
 

@@ -17,7 +17,7 @@ def test_config_defaults() -> None:
     assert spec.actions == list(DEFAULT_ACTIONS)
     assert spec.timeBasedFairness.k == 0
     assert spec.staleGangGracePeriod == "60s"
-    assert spec.placementStrategy == "binpack"
+    assert spec.placementStrategy == "fragmentation"
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("1h30m", 5400), ("250ms", 0.25)])

@@ -33,6 +33,7 @@ from tests.builders import make_node, make_pod
 
 Vector = npt.NDArray[np.float64]
 FRAGMENTATION = SchedulerConfigSpec(placementStrategy="fragmentation")
+BINPACK = SchedulerConfigSpec(placementStrategy="binpack")
 #: (CPUs, memory GiB, whole GPUs, share) of the pods the tests draw.
 PALETTE = (
     (1, 4, 0, 0.0),
@@ -153,7 +154,7 @@ def scenes(draw: st.DrawFn) -> tuple[Transaction, PodState]:
         fit = fit[room_on(tx, shape, fit) > 0]
         if fit.size:
             node = int(fit[draw(st.integers(0, len(fit) - 1))])
-            place(tx, filler, node, choose_devices(tx, shape, node, SchedulerConfigSpec()))
+            place(tx, filler, node, choose_devices(tx, shape, node, BINPACK))
     classes = draw(st.lists(st.sampled_from(PALETTE), min_size=1, max_size=5, unique=True))
     weights = draw(st.lists(st.integers(1, 6), min_size=len(classes), max_size=len(classes)))
     observe(tx, [(pod(*c), float(w)) for c, w in zip(classes, weights, strict=True)])
@@ -267,9 +268,7 @@ def test_a_cpu_only_pod_avoids_the_gpu_node_whose_gpus_it_would_strand() -> None
     )
     observe(tx, [(pod(4, 16, gpus=1), 5.0), (pod(8, 8), 1.0)])
     cpu_pod = pod(8, 8)
-    binpack = choose_node(
-        tx, shape_of(tx, cpu_pod), static_nodes(tx, cpu_pod), SchedulerConfigSpec()
-    )
+    binpack = choose_node(tx, shape_of(tx, cpu_pod), static_nodes(tx, cpu_pod), BINPACK)
     assert tx.snapshot.node_names[binpack or 0] == "small"
     assert chosen_node(tx, cpu_pod) == "big"
 
@@ -283,7 +282,7 @@ def test_a_share_keeps_room_for_the_shares_the_mix_asks_for() -> None:
     observe(tx, [(pod(1, 4, share=0.5), 10.0)])
     share = pod(1, 4, share=0.25)
     shape = shape_of(tx, share)
-    assert choose_devices(tx, shape, 0, SchedulerConfigSpec()) == (0,)
+    assert choose_devices(tx, shape, 0, BINPACK) == (0,)
     assert choose_node(tx, shape, static_nodes(tx, share), FRAGMENTATION) == 0
     assert choose_devices(tx, shape, 0, FRAGMENTATION) == (1,)
 
