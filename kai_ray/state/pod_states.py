@@ -3,7 +3,8 @@
 Pods stay plain dicts until here; each is read once per snapshot into a small
 frozen value. A pod whose requests cannot be read is left out of placement and
 reported; so is one whose node selector, required node affinity or
-tolerations cannot be read (parsed here once, used by every placement). Pure: no I/O.
+tolerations or inter-pod affinity cannot be read (parsed here once, used by
+every placement). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from kai_ray.state.problems import field_problem, object_ref
 from kai_ray.values.errors import InvalidFieldError, ObjectRef, Problem
 from kai_ray.values.names import ADMISSION_GATE
 from kai_ray.values.resources import GPU, Resources, add_into
+from kai_ray.workloads.pod_affinity import PodAffinity, pod_inter_affinity
 from kai_ray.workloads.pod_fields import (
     GpuShare,
     NodeSelectorTerm,
@@ -29,6 +31,7 @@ from kai_ray.workloads.pod_fields import (
     pod_is_deleting,
     pod_is_terminal,
     pod_key,
+    pod_labels,
     pod_name,
     pod_namespace,
     pod_node,
@@ -80,6 +83,10 @@ class PodState:
     #: Bound and being deleted (`pod_is_deleting`): it holds its node until it is
     #: gone, and the cycle places work onto what it releases (`eviction.release_terminating`).
     releasing: bool = False
+    #: metadata.labels, as inter-pod affinity terms select pods by them (not hashed).
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+    #: Inter-pod affinity and anti-affinity; None when the pod has no such terms.
+    pod_affinity: PodAffinity | None = None
 
     @property
     def terminal(self) -> bool:
@@ -130,6 +137,8 @@ class PodState:
             self.tolerations,
             self.controlled,
             self.releasing,
+            self.labels,
+            self.pod_affinity,
         )
 
 
@@ -174,6 +183,8 @@ def read_pod(pod: Mapping[str, Any], problems: list[Problem]) -> PodState | None
         selector = pod_node_selector(pod)
         affinity = pod_required_node_affinity(pod)
         tolerations = pod_tolerations(pod)
+        labels = pod_labels(pod)
+        pod_affinity = pod_inter_affinity(pod)
     except InvalidFieldError as err:
         problems.append(field_problem(object_ref(pod, POD), _excluded(err, pod)))
         return None
@@ -199,6 +210,8 @@ def read_pod(pod: Mapping[str, Any], problems: list[Problem]) -> PodState | None
         tolerations=tolerations,
         controlled=pod_has_controller(pod),
         releasing=pod_node(pod) is not None and pod_is_deleting(pod),
+        labels=labels,
+        pod_affinity=pod_affinity,
     )
 
 

@@ -3,7 +3,8 @@
 Two gangs are equivalent when placement reads the same from both: the same
 minimum, minimum of subgroups, topology constraint and placement strategy, and pods alike, in
 order, in everything a filter, a fit or a score reads (requests, GPU share,
-node selector, affinity, tolerations). Only plain gangs have a signature: no
+node selector, affinity, tolerations; and, once any pod of the snapshot has
+inter-pod terms, those terms, the namespace and the labels). Only plain gangs have a signature: no
 subgroups, no nominated nodes, and every live pod pending and not placed this
 cycle (so no anchor, no member already held). Placement is a function of the
 transaction's state and of what the signature holds, so while the transaction
@@ -21,6 +22,7 @@ import dataclasses
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
+from kai_ray.decisions.placement.inter_pod import in_play
 from kai_ray.decisions.placement.reasons import Code, Failure
 from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.state.groups import PodGroupState
@@ -58,6 +60,8 @@ def signature(tx: Transaction, group: PodGroupState) -> Hashable | None:
     if any(pod.node is not None or pod.key in tx.placed for pod in live):
         return None
     pods = tuple(_pod_signature(pod) for pod in live)
+    if in_play(tx):
+        pods += tuple(_inter_pod_signature(pod) for pod in live)
     done = len(group.succeeded)
     return (
         spec.minMember - done,
@@ -77,6 +81,12 @@ def _pod_signature(pod: PodState) -> Hashable:
         pod.node_affinity,
         pod.tolerations,
     )
+
+
+def _inter_pod_signature(pod: PodState) -> Hashable:
+    """What inter-pod rules read of a pod: its terms, and the namespace and labels the
+    other pods' terms (and its own, for a pod affine to itself) match."""
+    return (pod.pod_affinity, pod.namespace, tuple(sorted(pod.labels.items())))
 
 
 def known_failure(tx: Transaction, key: Hashable | None) -> KnownFailure | None:

@@ -25,6 +25,12 @@ from kai_ray.decisions.placement.backend_choice import backend_for
 from kai_ray.decisions.placement.domains import Kind, Scope
 from kai_ray.decisions.placement.filters import static_nodes
 from kai_ray.decisions.placement.fit import choose_devices, choose_node
+from kai_ray.decisions.placement.inter_pod import (
+    first_member_domains,
+    preferred_nodes,
+    rejections,
+    required_nodes,
+)
 from kai_ray.decisions.placement.reasons import Code, Failure, explain_pod
 from kai_ray.decisions.placement.shapes import NodeSet, PodShape, shape_of
 from kai_ray.decisions.plan import Bind
@@ -147,16 +153,37 @@ def _place_children(ctx: Context, pod_set: PodSet, node_set: NodeSet) -> Failure
 
 
 def place_pods(ctx: Context, pods: list[PodState], node_set: NodeSet) -> Failure | None:
-    """Each pod, largest first, on the best node of `node_set`: a nominated node of its
+    """The pods on nodes of `node_set` (`_place_each`); when they do not fit and one of
+    them is the first of a series of pods affine to each other, each domain that first
+    member could open is tried in turn (`inter_pod.first_member_domains`). Not rolled
+    back on failure: the caller does that."""
+    mark = ctx.tx.checkpoint()
+    failure = _place_each(ctx, pods, node_set)
+    if failure is None:
+        return None
+    ctx.tx.rollback(mark)
+    for domain in first_member_domains(ctx.tx, pods, node_set):
+        if _place_each(ctx, pods, domain) is None:
+            return None
+        ctx.tx.rollback(mark)
+    return failure
+
+
+def _place_each(ctx: Context, pods: list[PodState], node_set: NodeSet) -> Failure | None:
+    """Each pod, largest first, on the best node of `node_set` its inter-pod rules allow
+    (`inter_pod.py`, counting the members placed before it): a nominated node of its
     group first when one still fits (`PodGroupStatus.nominatedNodes`, where consolidation
-    moved the group's pods); stops at a pod that fits none."""
+    moved the group's pods), else the strategy's choice among the nodes its preferred
+    inter-pod terms score best; stops at a pod that fits none."""
     allowed_by_signature: dict[object, Indices] = {}
     for pod in sorted(pods, key=_size, reverse=True):
         shape = shape_of(ctx.tx, pod)
-        nodes = _allowed(ctx, pod, node_set, allowed_by_signature)
+        nodes = required_nodes(ctx.tx, pod, _allowed(ctx, pod, node_set, allowed_by_signature))
         node = _nominated_node(ctx, shape, nodes)
         if node is None:
-            node = choose_node(ctx.tx, shape, nodes, ctx.config)
+            node = choose_node(
+                ctx.tx, shape, preferred_nodes(ctx.tx, pod, shape, nodes), ctx.config
+            )
         if node is None:
             return Failure(pod=pod, node_set=node_set, count=_same_kind(pods, pod))
         place_on(ctx, pod, node)
@@ -224,7 +251,9 @@ def explain(ctx: Context, failure: Failure) -> str:
     """The failure for a person, measured on the transaction's current state."""
 
     def pod_reason(pod: PodState, node_set: NodeSet, count: int) -> str:
-        allowed = _allowed(ctx, pod, node_set, {})
-        return explain_pod(ctx.tx, pod, node_set, count, allowed)
+        static = _allowed(ctx, pod, node_set, {})
+        allowed = required_nodes(ctx.tx, pod, static)
+        refused = rejections(ctx.tx, pod, static)
+        return explain_pod(ctx.tx, pod, node_set, count, allowed, refused)
 
     return failure.render(pod_reason)

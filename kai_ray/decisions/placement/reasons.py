@@ -66,20 +66,32 @@ def pods_phrase(count: int, shape: PodShape) -> str:
 
 
 def explain_pod(
-    tx: Transaction, pod: PodState, node_set: NodeSet, count: int, allowed: Indices
+    tx: Transaction,
+    pod: PodState,
+    node_set: NodeSet,
+    count: int,
+    allowed: Indices,
+    refused: Counter[str] | None = None,
 ) -> str:
+    """Why `pod` found no node; `allowed` passed every filter but resources, and
+    `refused` counts the nodes the inter-pod rules kept it off."""
     shape = shape_of(tx, pod)
     total = int(np.minimum(room_on(tx, shape, allowed), UNBOUNDED).sum())
     if total >= count:
+        apart = ""
+        if pod.pod_affinity is not None and pod.pod_affinity.required:
+            apart = " (its pod affinity rules count the gang's pods placed before it)"
         return (
             f"needs {pods_phrase(count, shape)} beside the gang's other pods; "
             f"{node_set.where} has room for {total} of them before the others are placed"
+            f"{apart}"
         )
     if total > 0:
         return f"needs {pods_phrase(count, shape)}; {node_set.where} has room for {total}"
     within = np.zeros(len(tx.snapshot.node_names), dtype=np.bool_)
     within[node_set.nodes] = True
-    counts = static_rejections(tx, pod, within) + resource_rejections(tx, shape, allowed)
+    counts = static_rejections(tx, pod, within) + (refused or Counter())
+    counts += resource_rejections(tx, shape, allowed)
     where = "" if node_set.where == "the cluster" else f" of {node_set.where}"
     return f"no node{where} fits pod {pod.key}: {_listing(counts)}"
 
