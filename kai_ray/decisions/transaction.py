@@ -127,6 +127,12 @@ class Transaction:
     def checkpoint(self) -> int:
         return len(self.placements)
 
+    def version_at(self, mark: int) -> int:
+        """The version the transaction had when it held its first `mark` placements
+        (`mark` up to `checkpoint()`). Versions are never reused, so an equal value
+        later means the first `mark` placements are still the same."""
+        return self.version if mark >= len(self.placements) else self._undo[mark].version
+
     def place(self, placement: Placement) -> None:
         node = placement.node
         self._undo.append(_Undo(self.free[node].copy(), self.devices[node].copy(), self.version))

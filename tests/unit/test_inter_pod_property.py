@@ -6,7 +6,9 @@ palette (some with anti-affinity of their own; in half the clusters a guard in
 each zone keeps app=c pods out of both), and waiting gangs whose pods
 carry terms from a palette (anti-affine to their own label by node, affine to
 it by zone, anti-affine to another label by zone, affine to a running label,
-preferred terms), so that gangs alike but for their labels abound.
+preferred terms), so that gangs alike but for their labels abound. And the
+count a `LogFold` keeps across placements, evictions, commits and rollbacks is
+the count of the log as it is.
 """
 
 from __future__ import annotations
@@ -14,13 +16,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kai_ray.decisions.cycle import run_cycle
 from kai_ray.decisions.placement import gang_tree
-from kai_ray.decisions.plan import Plan
+from kai_ray.decisions.placement.log_fold import Change, LogFold
+from kai_ray.decisions.plan import Bind, Plan
+from kai_ray.decisions.transaction import Placement, Transaction
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.snapshot import ClusterObjects, Snapshot, build_snapshot
 from kai_ray.values.clock import SIM_EPOCH_S
@@ -173,3 +179,65 @@ def test_the_equivalence_shortcut_plans_what_the_plain_path_plans(
 
 def _fields(plan: Plan) -> tuple[object, ...]:
     return (plan.binds, plan.evictions, plan.nominations, list(plan.statuses), plan.wake_at)
+
+
+@st.composite
+def log_steps(draw: st.DrawFn) -> list[tuple[str, int, int, bool]]:
+    """Place (pod, node), evict (bound pod), roll back (to a checkpoint taken earlier),
+    and whether the fold is read after the step."""
+    steps = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(("place", "place", "evict", "checkpoint", "rollback", "commit")),
+                st.integers(0, 5),
+                st.integers(0, 2),
+                st.booleans(),
+            ),
+            max_size=30,
+        )
+    )
+    return steps
+
+
+@settings(max_examples=100, deadline=None)
+@given(steps=log_steps())
+def test_a_log_fold_equals_the_fold_of_the_log_as_it_is(
+    steps: list[tuple[str, int, int, bool]],
+) -> None:
+    nodes = [make_node(f"n{i}").gpus(8).build() for i in range(3)]
+    pending = [make_pod(f"w{k}").gpus(1).label("app", "ab"[k % 2]).build() for k in range(6)]
+    bound = [make_pod(f"b{k}").gpus(1).label("app", "a").on(f"n{k}").build() for k in range(3)]
+    snapshot = build_snapshot(ClusterObjects(nodes=nodes, pods=[*pending, *bound]))
+    tx = Transaction(snapshot)
+
+    def step(counts: list[int], change: Change) -> None:
+        pod, node, sign = change
+        if pod.labels.get("app") == "a":
+            counts[node] += sign
+
+    fold = LogFold([0, 0, 0], step)
+    marks, committed = [0], 0
+    for action, pod, node, read in steps:
+        if action == "place" and f"default/w{pod}" not in tx.placed:
+            tx.place(Placement(Bind(f"default/w{pod}", "g", f"n{node}"), node, _nothing(snapshot)))
+        elif action == "evict" and f"default/b{node}" not in tx.removed:
+            tx.evict(snapshot.pods[f"default/b{node}"], "g")
+        elif action == "checkpoint":
+            marks.append(tx.checkpoint())
+        elif action == "commit":
+            tx.commit()
+            committed = tx.checkpoint()
+            marks = [m for m in marks if m >= committed] or [committed]
+        elif action == "rollback":
+            mark = marks.pop() if len(marks) > 1 else marks[0]
+            tx.rollback(max(mark, committed))
+        plain = [0, 0, 0]
+        for placement in tx.placements:
+            known = snapshot.pods[placement.bind.pod]
+            step(plain, (known, placement.node, -1 if placement.removal else 1))
+        if read:  # some steps unread: it catches up with several changes at once
+            assert fold.catch_up(tx) == plain
+
+
+def _nothing(snapshot: Snapshot) -> npt.NDArray[np.float64]:
+    return np.zeros(len(snapshot.resource_names), dtype=np.float64)

@@ -26,16 +26,17 @@ handed to the strategy, which breaks the tie.
 
 When no pod of the snapshot has inter-pod terms (`in_play` is false) both
 calls return the nodes they were given, after one scan of the pods per
-transaction. What depends only on the snapshot (bound pods matching a term,
-per node) is kept in the transaction's memo; what the transaction placed or
-evicted is read from its log on every call, so rollbacks need no care.
+transaction. Per term (and per pod labels, for the existing pods' terms) the
+bound pods are counted once per transaction, and the count is kept up to date
+with what the transaction placed and evicted (`log_fold.py`, exact across
+rollbacks), so a pod placed costs what changed since the last, not the log.
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +44,7 @@ import numpy.typing as npt
 from kai_ray.decisions.placement.domains import MAX_TRIES_PER_LEVEL
 from kai_ray.decisions.placement.filters import label_column
 from kai_ray.decisions.placement.fit import room_on
+from kai_ray.decisions.placement.log_fold import Change, LogFold
 from kai_ray.decisions.placement.shapes import NodeSet, PodShape
 from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.state.pod_states import PodState
@@ -61,8 +63,10 @@ HARD_AFFINITY_WEIGHT = 1
 IN_PLAY = MemoKey[bool]("some pod has inter-pod terms")
 BOUND = MemoKey[tuple[tuple[PodState, int], ...]]("bound pods with their node rows")
 DOMAINS = MemoKey[tuple[Indices, int]]("domain codes of a topology key")
-BOUND_MATCHES = MemoKey[Counts]("bound pods matching terms, per node")
-BOUND_EFFECTS = MemoKey[tuple[DomainTally, DomainTally]]("bound pods' terms matching a pod")
+#: The existing pods' own terms on a pod: domains they exclude it from, score they give it.
+Effects = tuple[DomainTally, DomainTally]
+MATCHES = MemoKey[LogFold[Counts]]("existing pods matching terms, per node")
+EFFECTS = MemoKey[LogFold[Effects]]("existing pods' terms on a pod of these labels")
 
 #: Reasons as "plural phrase|singular phrase" (`filters.static_rejections`).
 AFFINITY = (
@@ -234,45 +238,41 @@ def _preference(tx: Transaction, pod: PodState) -> Counts | None:
 
 
 def _matching(tx: Transaction, key: Hashable, matches: Callable[[PodState], bool]) -> Counts:
-    """Per node, the existing pods `matches` selects (`key` names the predicate)."""
+    """Per node, the existing pods `matches` selects (`key` names the predicate). The
+    array is kept up to date in place: read it before the transaction changes again."""
 
-    def bound() -> Counts:
+    def step(counts: Counts, change: Change) -> None:
+        pod, node, sign = change
+        if matches(pod):
+            counts[node] += sign
+
+    def start() -> LogFold[Counts]:
         counts = np.zeros(len(tx.snapshot.node_names), dtype=np.float64)
         for pod, node in _bound(tx):
-            if matches(pod):
-                counts[node] += 1
-        counts.setflags(write=False)
-        return counts
+            step(counts, (pod, node, 1))
+        return LogFold(counts, step)
 
-    counts = tx.memo.get(BOUND_MATCHES, key, bound)
-    changed = [(node, sign) for pod, node, sign in _changes(tx) if matches(pod)]
-    if not changed:
-        return counts
-    counts = counts.copy()
-    for node, sign in changed:
-        counts[node] += sign
-    return counts
+    return tx.memo.get(MATCHES, key, start).catch_up(tx)
 
 
-def _effects(tx: Transaction, pod: PodState) -> tuple[DomainTally, DomainTally]:
+def _effects(tx: Transaction, pod: PodState) -> Effects:
     """What the existing pods' own terms say of `pod`: the domains their required
-    anti-affinity keeps it out of (counted), and the score their other terms give it."""
-    labels = tuple(sorted(pod.labels.items()))
+    anti-affinity keeps it out of (counted), and the score their other terms give it.
+    Kept up to date in place, as `_matching` is."""
 
-    def bound() -> tuple[DomainTally, DomainTally]:
-        excluded: DomainTally = Counter()
-        favour: DomainTally = Counter()
+    def step(effects: Effects, change: Change) -> None:
+        holder, node, sign = change
+        if holder.pod_affinity is not None:
+            _tally(tx, holder, node, pod, sign, effects)
+
+    def start() -> LogFold[Effects]:
+        effects: Effects = (Counter(), Counter())
         for holder, node in _bound(tx):
-            _tally(tx, holder, node, pod, 1, (excluded, favour))
-        return excluded, favour
+            step(effects, (holder, node, 1))
+        return LogFold(effects, step)
 
-    excluded, favour = tx.memo.get(BOUND_EFFECTS, (pod.namespace, labels), bound)
-    changes = [(holder, node, sign) for holder, node, sign in _changes(tx) if holder.pod_affinity]
-    if changes:
-        excluded, favour = excluded.copy(), favour.copy()
-        for holder, node, sign in changes:
-            _tally(tx, holder, node, pod, sign, (excluded, favour))
-    return excluded, favour
+    key = (pod.namespace, tuple(sorted(pod.labels.items())))
+    return tx.memo.get(EFFECTS, key, start).catch_up(tx)
 
 
 def _tally(
@@ -281,7 +281,7 @@ def _tally(
     node: int,
     pod: PodState,
     sign: int,
-    into: tuple[DomainTally, DomainTally],
+    into: Effects,
 ) -> None:
     """Add (sign 1) or take away (-1) what `holder`, on `node`, says of `pod`."""
     terms = holder.pod_affinity
@@ -312,15 +312,6 @@ def _bound(tx: Transaction) -> tuple[tuple[PodState, int], ...]:
         )
 
     return tx.memo.get(BOUND, None, build)
-
-
-def _changes(tx: Transaction) -> Iterator[tuple[PodState, int, int]]:
-    """What the transaction changed: (pod, node row, +1 placed or -1 evicted)."""
-    pods: Mapping[str, PodState] = tx.snapshot.pods
-    for placement in tx.placements:
-        pod = pods.get(placement.bind.pod)
-        if pod is not None:
-            yield pod, placement.node, -1 if placement.removal else 1
 
 
 # ------------------------------------------------------------------ domains
