@@ -194,6 +194,8 @@ WATCHED = (
     Kind("Job", "batch/v1", "jobs"),
     Kind("RayCluster", "ray.io/v1", "rayclusters"),
     Kind("RayJob", "ray.io/v1", "rayjobs"),
+    # NVIDIA Grove's gangs (its PodCliqueSets are Grove's to turn into PodGangs)
+    Kind("PodGang", "scheduler.grove.io/v1alpha1", "podgangs"),
 )
 
 #: (kind, objects) after a full list; (kind, event type, object) for each change.

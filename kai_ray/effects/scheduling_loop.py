@@ -61,7 +61,7 @@ from kai_ray.workloads.membership import (
 )
 
 LOG = logging.getLogger("kai_ray.loop")
-WORKLOAD_KINDS = ("Job", "RayCluster", "RayJob", "Pod")
+WORKLOAD_KINDS = ("Job", "RayCluster", "RayJob", "Pod", "PodGang")
 
 
 @dataclass
@@ -75,9 +75,10 @@ class LoopOptions:
     eviction_wait_s: float = 20.0
     idle_cycle_s: float = 10.0
     assume_ttl_s: float = 30.0
-    #: How long a cycle places before it hands its binds over and starts the next
-    #: (`run_cycle`'s `time_up`): in a burst of thousands of new pods the writers
-    #: start binding after this, not after the whole burst is decided.
+    #: How long a cycle goes on placing once it has placed `HAND_OVER_AT` pods, before
+    #: it hands its binds over and starts the next (`run_cycle`'s `time_up`): in a
+    #: burst of thousands of new pods the writers start binding after this, not
+    #: after the whole burst is decided.
     placement_budget_s: float = 1.0
 
 
@@ -296,7 +297,6 @@ class SchedulingLoop:
         steps.lap("snapshot")
         self.cycles += 1
         now = self.clock.now()
-        budget_end = time.monotonic() + self.options.placement_budget_s
         result = run_cycle(
             snapshot,
             self.config,
@@ -304,7 +304,7 @@ class SchedulingLoop:
             now,
             self.usage,
             totals=self.totals,
-            time_up=lambda: time.monotonic() > budget_end,
+            time_up=_Budget(self.options.placement_budget_s),
         )
         self.usage = result.usage
         with self.lock:
@@ -550,6 +550,23 @@ def derived_group_key(kind: str, key: str) -> str:
     """The key of the PodGroup kai-ray derives for a workload (see `derive_groups`)."""
     namespace, _, name = key.partition("/")
     return f"{namespace}/{kind.lower()}-{name}"
+
+
+class _Budget:
+    """A cycle's placement budget (`run_cycle`'s `time_up`): its clock starts at the
+    first question, which the cycle asks once it has placed `HAND_OVER_AT` pods, so
+    what the cycle spends before placing (fair shares, ordering thousands of new
+    gangs) does not eat it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.end: float | None = None
+
+    def __call__(self) -> bool:
+        now = time.monotonic()
+        if self.end is None:
+            self.end = now + self.seconds
+        return now > self.end
 
 
 def _untold_phase(group: PodGroupState) -> str:

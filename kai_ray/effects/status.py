@@ -42,6 +42,7 @@ from kai_ray.state.queues import QUEUE, QueueNode, QueueTree, UsageInterval
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.api import Condition, Phase
 from kai_ray.values.clock import rfc3339, unix_seconds
+from kai_ray.values.names import ADMISSION_GATE
 from kai_ray.values.resources import CORE, CPU, MEMORY, Resources, canonical_name, short_name
 
 SCHEDULED = "Scheduled"
@@ -127,11 +128,24 @@ def waiting_reason(
         return said or f"evicted: {evicted_reason}"
     if phase is not Phase.PENDING:
         return ""
+    gated = _held_by_gates(group)
+    if gated:
+        return gated
     if said:
         return said
     if facts.live == 0:
         return "waiting for its pods to be created"
     return kept
+
+
+def _held_by_gates(group: PodGroupState) -> str:
+    """Why a gang short of its minimum waits when others' scheduling gates hold some
+    of its pods (Grove's, until the gang's pods all exist); empty otherwise."""
+    held = [pod for pod in group.live if pod.held]
+    if not held or len(group.pending) + len(group.bound) >= group.spec.minMember:
+        return ""
+    gates = sorted({g for pod in held for g in pod.scheduling_gates if g != ADMISSION_GATE})
+    return f"{len(held)} of its pods held by scheduling gates {', '.join(gates)}"
 
 
 def nominated_nodes(planned: GroupStatus | None) -> list[str] | None:

@@ -49,7 +49,9 @@ class PodGroupState:
     live: tuple[PodState, ...] = field(init=False, repr=False, compare=False)
     #: The live members bound to a node the snapshot knows, in the same order.
     bound: tuple[PodState, ...] = field(init=False, repr=False, compare=False)
-    #: The live members waiting for a node, in the same order.
+    #: The live members waiting for a node, in the same order; a pod held by
+    #: another's scheduling gate (Grove's, until its gang's pods all exist) is not
+    #: one yet: it cannot be bound, so it cannot make up a minimum.
     pending: tuple[PodState, ...] = field(init=False, repr=False, compare=False)
     #: What the live members ask for, and what the bound ones hold, GPU shares as
     #: parts of a GPU (summed once per state; a kept state keeps its sums).
@@ -67,7 +69,7 @@ class PodGroupState:
     def __post_init__(self) -> None:
         live = tuple(pod for pod in self.pods if not pod.terminal)
         bound = tuple(p for p in live if p.node is not None and p.key not in self.unseen)
-        pending = tuple(pod for pod in live if pod.node is None)
+        pending = tuple(pod for pod in live if pod.node is None and not pod.held)
         object.__setattr__(self, "live", live)
         object.__setattr__(self, "bound", bound)
         object.__setattr__(self, "pending", pending)

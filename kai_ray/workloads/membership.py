@@ -23,7 +23,7 @@ from kai_ray.values.names import (
     SUBGROUP_LABEL,
     first_of,
 )
-from kai_ray.workloads.grouping import pod_group_name, subgroup_name
+from kai_ray.workloads.grouping import CONTROLLER_LABELS, pod_group_name, subgroup_name
 
 Obj = Mapping[str, Any]
 #: (namespace, RayCluster name) -> the name of the RayJob that owns it, if one does.
@@ -94,7 +94,12 @@ def scheduler_names(obj: Obj) -> set[str]:
 def needs_derived_group(obj: Obj, scheduler_name: str) -> bool:
     """Whether kai-ray makes a PodGroup for this workload: its pods are kai-ray's,
     and no other workload's gang already covers them (a RayJob's cluster, a Job's
-    pods, a pod that names its group)."""
+    pods, a pod that names its group). A Grove PodGang names no scheduler (its pods
+    do): it is kai-ray's when it names a queue; its pods join its group only if
+    they name kai-ray's scheduler."""
+    if obj.get("kind") == "PodGang":
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return bool(first_of(labels, QUEUE_LABEL, QUEUE_LABEL_ALIASES))
     if scheduler_name not in scheduler_names(obj):
         return False
     kind = obj.get("kind")
@@ -104,7 +109,7 @@ def needs_derived_group(obj: Obj, scheduler_name: str) -> bool:
         meta = obj.get("metadata") or {}
         owned = owner_of_kind(obj, ("Job", "RayCluster", "ReplicaSet", "StatefulSet", "PodClique"))
         labels = meta.get("labels") or {}
-        from_controller = any(key in labels for key in (RAY_CLUSTER_LABEL, "job-name"))
+        from_controller = any(key in labels for key, _ in CONTROLLER_LABELS)
         annotations = meta.get("annotations") or {}
         chosen = pod_group_name_written(annotations) and DERIVED_ANNOTATION not in annotations
         return owned is None and not from_controller and not chosen

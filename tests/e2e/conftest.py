@@ -209,9 +209,16 @@ def gpu_nodes(core: client.CoreV1Api) -> Iterator[Callable[..., list[str]]]:
 
 @pytest.fixture(scope="session")
 def kai_ray_crds(control_plane: ControlPlane) -> ControlPlane:
-    """kai-ray's CRDs from crds/, applied and established."""
+    """kai-ray's CRDs from crds/, and the tests' stand-in for Grove's PodGang
+    (tests/e2e/crds), applied and established before any operator starts."""
     applied = control_plane.kubectl(
-        "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds")
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        str(REPO / "crds"),
+        "-f",
+        str(Path(__file__).parent / "crds"),
     )
     assert applied.returncode == 0, applied.stderr
     names = [line.split()[0] for line in applied.stdout.splitlines() if line.strip()]

@@ -46,6 +46,7 @@ CUSTOM = {
     "PodGroup": (GROUP, VERSION, "podgroups", True),
     "RayCluster": (RAY, RAY_VERSION, "rayclusters", True),
     "RayJob": (RAY, RAY_VERSION, "rayjobs", True),
+    "PodGang": ("scheduler.grove.io", "v1alpha1", "podgangs", True),
 }
 
 

@@ -326,6 +326,62 @@ def test_plain_pods_join_the_podgroup_they_name_and_a_bare_pod_is_a_gang_of_one(
     eventually(lambda: sandbox.pod("solo").spec.node_name, 30, "the bare pod to be bound")
 
 
+GROVE_GATE = "grove.io/podgang-pending-creation"
+
+
+def grove_pod(sandbox: Sandbox, gang: str, clique: str, index: int) -> dict[str, Any]:
+    """A pod as Grove's PodClique controller makes it: labelled with its PodGang and
+    PodClique, held by Grove's gate until every pod of the gang exists."""
+    made = pod(f"{clique}-{index}", None, sandbox.node_selector, gpus=1)
+    made["metadata"]["labels"] = {"grove.io/podgang": gang, "grove.io/podclique": clique}
+    made["spec"]["schedulingGates"] = [{"name": GROVE_GATE}]
+    return made
+
+
+def lift_grove_gate(sandbox: Sandbox, name: str) -> None:
+    """What Grove does once its gang is complete: its own gate goes, others stay."""
+    gates = sandbox.pod(name).spec.scheduling_gates or []
+    kept = [{"name": g.name} for g in gates if g.name != GROVE_GATE]
+    # a JSON patch: a strategic merge would merge the list by name and keep the gate
+    replace = [{"op": "replace", "path": "/spec/schedulingGates", "value": kept}]
+    sandbox.core.patch_namespaced_pod(name, sandbox.namespace, replace)
+
+
+def test_a_grove_podgang_is_one_gang_bound_whole_once_groves_gate_is_gone(
+    operator: OperatorProcess, sandbox: Sandbox, teams: QueueTree
+) -> None:
+    """Grove makes a PodGang and its pods, gated until all exist; kai-ray reads the
+    PodGang as the gang (its queue label, each podgroup's minReplicas) and binds
+    nothing of it before every pod of its minimum may be bound."""
+    sandbox.kubectl_apply(*teams.manifests())
+    sandbox.make_nodes(1, gpus_per_node=4)
+    gang, clique = sandbox.name("serve-0"), sandbox.name("serve-0-decode")
+    names = [f"{clique}-{i}" for i in range(3)]
+    references = [{"namespace": sandbox.namespace, "name": n} for n in names]
+    sandbox.create(
+        {
+            "apiVersion": "scheduler.grove.io/v1alpha1",
+            "kind": "PodGang",
+            "metadata": {"name": gang, "labels": {QUEUE_LABEL: teams.team_a}},
+            "spec": {
+                "podgroups": [{"name": clique, "minReplicas": 3, "podReferences": references}]
+            },
+        }
+    )
+    for i in range(3):
+        sandbox.create(grove_pod(sandbox, gang, clique, i))
+    group = sandbox.wait_get("PodGroup", f"podgang-{gang}")
+    assert group["spec"]["queue"] == teams.team_a and group["spec"]["minMember"] == 3
+    assert [s["name"] for s in group["spec"].get("subGroups") or []] == [clique]
+    holds(lambda: not any(p.spec.node_name for p in sandbox.pods()), CYCLES_S, "Grove's gate")
+    for name in names[:2]:
+        lift_grove_gate(sandbox, name)
+    holds(lambda: not any(p.spec.node_name for p in sandbox.pods()), CYCLES_S, "a gang of 3")
+    lift_grove_gate(sandbox, names[2])
+    sandbox.wait_pods(None, 3, bound=True, timeout=30)
+    phase(sandbox, f"podgang-{gang}", "Running")
+
+
 def test_gpu_fractions_share_one_device_named_on_each_pod(
     operator: OperatorProcess, sandbox: Sandbox, teams: QueueTree
 ) -> None:

@@ -183,3 +183,75 @@ def test_a_bare_pod_keeps_its_own_gang_after_kai_ray_names_it() -> None:
     assert derive_group(as_written(named)).name == "pod-solo"
     chosen = ours(pod(annotations={POD_GROUP_ANNOTATION: "mine"}))
     assert not needs_derived_group(chosen, "kai-ray")
+
+
+def podgang(labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduler.grove.io/v1alpha1",
+        "kind": "PodGang",
+        "metadata": {"name": "serve-0", "namespace": "ns", "labels": labels},
+        "spec": {"podgroups": [{"name": "serve-0-decode", "minReplicas": 2}]},
+    }
+
+
+def test_a_grove_podgang_is_kai_rays_when_it_names_a_queue_and_its_pods_join_it() -> None:
+    """A PodGang names no scheduler: its queue label says whose gang it is, and
+    only pods naming kai-ray's scheduler join it."""
+    assert needs_derived_group(podgang({"kai-ray.io/queue": "team"}), "kai-ray")
+    assert needs_derived_group(podgang({"kai.scheduler/queue": "team"}), "kai-ray")
+    assert not needs_derived_group(podgang({}), "kai-ray")
+    (group,) = [derive_group(podgang({"kai-ray.io/queue": "team"}))]
+    assert (group.pod_group.metadata.name, group.pod_group.spec.queue) == (
+        "podgang-serve-0",
+        "team",
+    )
+    member = pod(name="serve-0-decode-0", labels={"grove.io/podgang": "serve-0"})
+    assert not needs_derived_group(ours(member), "kai-ray")  # its PodGang's gang covers it
+    named = with_membership(ours(member), lambda namespace, cluster: None)
+    assert named["metadata"]["annotations"][POD_GROUP_ANNOTATION] == "podgang-serve-0"
+
+
+def test_a_gang_whose_pods_grove_still_gates_waits_and_is_placed_once_the_gate_goes() -> None:
+    """Grove gates a gang's pods until all exist: a pod held by another's gate cannot
+    be bound, so it cannot make up the minimum; the PodGroup says which gate holds it."""
+    from kai_ray.effects.scheduling_loop import pod_group_body
+    from kai_ray.effects.status import pod_group_status
+
+    cache = ClusterCache("kai-ray", lambda: 0.0, 30)
+    cache.upsert(node("n1"))
+    cache.upsert(
+        {
+            "apiVersion": "scheduling.kai-ray.io/v1alpha1",
+            "kind": "Queue",
+            "metadata": {"name": "team"},
+        },
+        "Queue",
+    )
+    gang = podgang({"kai-ray.io/queue": "team"})
+    body = pod_group_body(derive_group(gang).pod_group.model_dump(mode="json"), gang)
+    cache.upsert({**body, "kind": "PodGroup"}, "PodGroup")
+    members = []
+    for i in range(2):
+        labels = {"grove.io/podgang": "serve-0", "grove.io/podclique": "serve-0-decode"}
+        member = ours(pod(name=f"serve-0-decode-{i}", labels=labels))
+        member["spec"]["schedulingGates"] = [{"name": "grove.io/podgang-pending-creation"}]
+        members.append(with_membership(member, lambda namespace, cluster: None))
+    members[1]["spec"]["schedulingGates"] = []  # Grove lifts its gates one pod at a time
+    for member in members:
+        cache.upsert(member)
+    snapshot = cache.snapshot()
+    result = run_cycle(snapshot, SchedulerConfig(), 1, 0.0)
+    assert result.plan.binds == []
+    (group,) = snapshot.pod_groups.values()
+    status = pod_group_status(group, result.plan.statuses.get(group.key), None, "t")
+    assert status["phase"] == "Pending"
+    assert status["conditions"][0]["message"] == (
+        "1 of its pods held by scheduling gates grove.io/podgang-pending-creation"
+    )
+    members[0]["spec"]["schedulingGates"] = []
+    cache.upsert(members[0])
+    result = run_cycle(cache.snapshot(), SchedulerConfig(), 2, 0.0)
+    assert sorted(b.pod for b in result.plan.binds) == [
+        "ns/serve-0-decode-0",
+        "ns/serve-0-decode-1",
+    ]

@@ -118,7 +118,8 @@ def _holds(tx: Transaction, group: PodGroupState, pod: PodState) -> bool:
 
 
 def _waits(tx: Transaction, pod: PodState) -> bool:
-    return pod.node is None and pod.key not in tx.placed
+    """Pending and not placed yet; a pod held by another's gate cannot be placed."""
+    return pod.node is None and not pod.held and pod.key not in tx.placed
 
 
 def _pending(tx: Transaction, group: PodGroupState) -> list[PodState]:
