@@ -29,7 +29,7 @@ from kai_ray.workloads.membership import (
 
 Obj = Mapping[str, Any]
 #: The order the cache is fed in: workloads before pods, so a RayJob's pods find it.
-FEED_ORDER = (NODE, QUEUE, TOPOLOGY, POD_GROUP, "Job", "RayCluster", "RayJob", POD)
+FEED_ORDER = (NODE, QUEUE, TOPOLOGY, POD_GROUP, "Job", "RayCluster", "RayJob", "PodGang", POD)
 
 
 @dataclass(frozen=True)
