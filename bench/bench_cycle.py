@@ -1,12 +1,14 @@
 """Whole-cycle benchmark: pending single-GPU pods placed per second by `run_cycle`.
 
-Run: `.venv/bin/python -m bench.bench_cycle [--pods 10000] [--nodes 5000]`.
+Run: `.venv/bin/python -m bench.bench_cycle [--pods 10000] [--nodes 5000] [--inter-pod 0]`.
 Unlike bench_placement (which calls place_gang directly), this goes through the
 whole cycle: fair shares, queue order and admission for every job, placement,
 and the other actions of the default list. The baseline, measured in the same
 run on the same snapshot, is the simplest vectorised allocator: for each pod in
 age order, the first node whose free resources hold it (one numpy comparison
-over all nodes per pod), with no queues, topology or scoring. Not a test: it
+over all nodes per pod), with no queues, topology or scoring. `--inter-pod N`
+gives N of the pods a required anti-affinity to each other by node, to see
+what inter-pod rules cost a cycle once some pod uses them. Not a test: it
 prints figures.
 """
 
@@ -31,7 +33,21 @@ from tests.builders import make_pod, make_pod_group, make_queue
 QUEUES = 4
 
 
-def objects(pod_count: int, node_count: int) -> ClusterObjects:
+#: What `--inter-pod` gives every k-th pod: kept off the node of any other such pod.
+SPREAD_LABEL = ("app", "spread")
+SPREAD_AFFINITY = {
+    "podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "labelSelector": {"matchLabels": dict([SPREAD_LABEL])},
+                "topologyKey": "kubernetes.io/hostname",
+            }
+        ]
+    }
+}
+
+
+def objects(pod_count: int, node_count: int, inter_pod: int = 0) -> ClusterObjects:
     queues = [make_queue("root").build()]
     queues += [
         make_queue(f"team-{i}").parent("root").gpu(quota=node_count * 2).build()
@@ -39,10 +55,12 @@ def objects(pod_count: int, node_count: int) -> ClusterObjects:
     ]
     pods: list[dict[str, Any]] = []
     groups: list[dict[str, Any]] = []
+    every = pod_count // inter_pod if inter_pod else 0
     for i in range(pod_count):
-        pods.append(
-            make_pod(f"p{i}").gpus(1).scheduler("kai-ray").group(f"g{i}").created(i % 3600).build()
-        )
+        pod = make_pod(f"p{i}").gpus(1).scheduler("kai-ray").group(f"g{i}").created(i % 3600)
+        if every and i % every == 0 and i // every < inter_pod:
+            pod = pod.label(*SPREAD_LABEL).set("spec.affinity", SPREAD_AFFINITY)
+        pods.append(pod.build())
         groups.append(
             make_pod_group(f"g{i}")
             .queue(f"team-{i % QUEUES}")
@@ -74,13 +92,19 @@ def main() -> None:
         default="binpack",
         help="placementStrategy values, each timed on the same snapshot (binpack,fragmentation)",
     )
+    parser.add_argument(
+        "--inter-pod",
+        type=int,
+        default=0,
+        help="this many pods, spread through the backlog, anti-affine to each other by node",
+    )
     args = parser.parse_args()
     print(
         f"machine: {platform.machine()}, {platform.python_version()}, "
         f"{__import__('os').cpu_count()} CPUs"
     )
     start = time.perf_counter()
-    snapshot = build_snapshot(objects(args.pods, args.nodes))
+    snapshot = build_snapshot(objects(args.pods, args.nodes, args.inter_pod))
     built = time.perf_counter()
     placed = baseline_first_fit(snapshot)
     base = time.perf_counter()

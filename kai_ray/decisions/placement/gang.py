@@ -155,8 +155,8 @@ def _place_children(ctx: Context, pod_set: PodSet, node_set: NodeSet) -> Failure
 def place_pods(ctx: Context, pods: list[PodState], node_set: NodeSet) -> Failure | None:
     """The pods on nodes of `node_set` (`_place_each`); when they do not fit and one of
     them is the first of a series of pods affine to each other, each domain that first
-    member could open is tried in turn (`inter_pod.first_member_domains`). Not rolled
-    back on failure: the caller does that."""
+    member could open is tried in turn (`inter_pod.first_member_domains`). On failure
+    nothing they placed stays."""
     mark = ctx.tx.checkpoint()
     failure = _place_each(ctx, pods, node_set)
     if failure is None:
