@@ -64,7 +64,8 @@ def connect(kubeconfig: str | None = None, pool_size: int = 32) -> Rest:
     """A client: the pod's service account in a cluster, else the kubeconfig.
 
     One pool serves the operator's long-lived watches (one per kind), its sixteen
-    writers and the loop's own reads: 32 connections leave none of them waiting."""
+    binders, four bookkeeping writers and the loop's own reads: 32 connections
+    leave none of them waiting."""
     configuration = client.Configuration()
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
@@ -690,20 +691,27 @@ class Urgency(enum.IntEnum):
 
 
 class WriteBacklog:
-    """Writes made by worker threads, most urgent first (`Urgency`): binds, and
-    what need not hold a cycle up (statuses, Events, PodGroup creation). A status
-    queued for an object replaces one queued before it and not yet written: only
-    the latest is sent."""
+    """Writes made by worker threads in the back: binds by `workers` threads of their
+    own, first come first served; the rest (PodGroup creations, statuses, Events:
+    what need not hold a cycle up) by `bookkeepers` threads, most urgent first
+    (`Urgency`). Bookkeeping thus never takes a writer from a bind, and in a burst
+    it cannot load the API server with more than `bookkeepers` requests at once
+    while the binds go out. A status queued for an object replaces one queued
+    before it and not yet written: only the latest is sent."""
 
-    def __init__(self, workers: int, stop: threading.Event) -> None:
+    def __init__(self, workers: int, stop: threading.Event, bookkeepers: int = 4) -> None:
         self._stop = stop
+        self._binds: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._queue: queue.PriorityQueue[_Queued] = queue.PriorityQueue()
         self._order = itertools.count()
         self._statuses: dict[tuple[str, str], Callable[[], None]] = {}
         self._lock = threading.Lock()
         self._threads = [
-            threading.Thread(target=self._work, name=f"writer-{i}", daemon=True)
+            threading.Thread(target=self._bind, name=f"binder-{i}", daemon=True)
             for i in range(workers)
+        ] + [
+            threading.Thread(target=self._keep_books, name=f"writer-{i}", daemon=True)
+            for i in range(bookkeepers)
         ]
         for thread in self._threads:
             thread.start()
@@ -717,15 +725,26 @@ class WriteBacklog:
             self._put(Urgency.STATUS, (kind, key))
 
     def later(self, write: Callable[[], None], urgency: Urgency = Urgency.EVENT) -> None:
-        self._put(urgency, write)
+        if urgency is Urgency.BIND:
+            self._binds.put(write)
+        else:
+            self._put(urgency, write)
 
     def pending(self) -> int:
-        return self._queue.qsize()
+        return self._binds.qsize() + self._queue.qsize()
 
     def _put(self, urgency: Urgency, item: tuple[str, str] | Callable[[], None]) -> None:
         self._queue.put(_Queued(urgency, next(self._order), item))
 
-    def _work(self) -> None:
+    def _bind(self) -> None:
+        while not self._stop.is_set():
+            try:
+                write = self._binds.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            _run(write)
+
+    def _keep_books(self) -> None:
         while not self._stop.is_set():
             try:
                 item = self._queue.get(timeout=0.5).item
@@ -738,10 +757,14 @@ class WriteBacklog:
                     continue
             else:
                 write = item
-            try:
-                write()
-            except Exception:
-                LOG.warning("a background write failed", exc_info=True)
+            _run(write)
+
+
+def _run(write: Callable[[], None]) -> None:
+    try:
+        write()
+    except Exception:
+        LOG.warning("a background write failed", exc_info=True)
 
 
 @dataclass(order=True, frozen=True)

@@ -72,6 +72,8 @@ class LoopOptions:
     lease_name: str = "kai-ray"
     identity: str = "kai-ray"
     bind_parallelism: int = 16
+    #: Threads for PodGroup creations, statuses and Events (`WriteBacklog`).
+    bookkeeping_parallelism: int = 4
     eviction_wait_s: float = 20.0
     idle_cycle_s: float = 10.0
     assume_ttl_s: float = 30.0
@@ -93,7 +95,9 @@ class SchedulingLoop:
         self.cache = ClusterCache(self.scheduler, self.clock.now, options.assume_ttl_s)
         self.stop_event = threading.Event()
         self.changed = threading.Event()
-        self.backlog = WriteBacklog(options.bind_parallelism, self.stop_event)
+        self.backlog = WriteBacklog(
+            options.bind_parallelism, self.stop_event, options.bookkeeping_parallelism
+        )
         self.writer = KubeWriter(rest, self._current, self.backlog)
         self.binder = Binder(
             self.writer,
