@@ -74,3 +74,27 @@ def test_an_unknown_annotation_value_is_refused_naming_the_annotation() -> None:
         derive_groups(job(annotations={"kai-ray.io/placement-strategy": "pack"}))
     fields = [p.field for p in caught.value.problems]
     assert "metadata.annotations[kai-ray.io/placement-strategy]" in fields
+
+
+@pytest.mark.parametrize(("strategy", "devices"), [("spread", 4), ("binpack", 1)])
+def test_a_gangs_strategy_spreads_or_packs_its_gpu_shares_over_devices(
+    strategy: str, devices: int
+) -> None:
+    """Spread gives each share the device with the most room (an untouched one
+    first); bin-packing stacks them on the fullest device that holds them."""
+    from kai_ray.decisions.cycle import run_cycle
+    from kai_ray.state.snapshot import ClusterObjects, build_snapshot
+    from kai_ray.values.config import SchedulerConfig
+    from tests.builders import make_node, make_pod, make_pod_group, make_queue
+
+    group = make_pod_group("shares").queue("q").min_member(4)
+    group.set("spec.placementStrategy", strategy)
+    objects = ClusterObjects(
+        nodes=[make_node("n1").gpus(4).build()],
+        queues=[make_queue("q").build()],
+        pod_groups=[group.build()],
+        pods=[make_pod(f"s{i}").group("shares").gpu_fraction("0.25").build() for i in range(4)],
+    )
+    binds = run_cycle(build_snapshot(objects), SchedulerConfig(), 1, 0.0).plan.binds
+    assert len(binds) == 4
+    assert len({bind.gpu_devices for bind in binds}) == devices

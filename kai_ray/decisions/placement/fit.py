@@ -119,6 +119,10 @@ def choose_devices(
         if len(mix.probability):
             return (device_for_share(tx, shape, node, mix),)
     fraction = shape.fraction[node]
+    if config.placementStrategy == "spread":
+        # the device with the most room (an untouched one first): shares spread out
+        roomy = np.flatnonzero(devices >= fraction - EPSILON)
+        return (int(roomy[np.argmax(devices[roomy])]),)
     partial = np.flatnonzero((devices < 1.0 - EPSILON) & (devices >= fraction - EPSILON))
     if partial.size:
         return (int(partial[np.argmin(devices[partial])]),)
