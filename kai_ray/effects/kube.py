@@ -694,10 +694,12 @@ class WriteBacklog:
     """Writes made by worker threads in the back: binds by `workers` threads of their
     own, first come first served; the rest (PodGroup creations, statuses, Events:
     what need not hold a cycle up) by `bookkeepers` threads, most urgent first
-    (`Urgency`). Bookkeeping thus never takes a writer from a bind, and in a burst
-    it cannot load the API server with more than `bookkeepers` requests at once
-    while the binds go out. A status queued for an object replaces one queued
-    before it and not yet written: only the latest is sent."""
+    (`Urgency`). Bookkeeping thus never takes a writer from a bind; and while
+    binds wait or go out, only the first bookkeeper works (the others wait for the
+    binds to be done), so that in a burst the binds have the API server, and the
+    operator's interpreter, nearly to themselves, and bookkeeping still moves. A
+    status queued for an object replaces one queued before it and not yet written:
+    only the latest is sent."""
 
     def __init__(self, workers: int, stop: threading.Event, bookkeepers: int = 4) -> None:
         self._stop = stop
@@ -706,11 +708,15 @@ class WriteBacklog:
         self._order = itertools.count()
         self._statuses: dict[tuple[str, str], Callable[[], None]] = {}
         self._lock = threading.Lock()
+        #: Binds queued or going out.
+        self._binding = 0
         self._threads = [
             threading.Thread(target=self._bind, name=f"binder-{i}", daemon=True)
             for i in range(workers)
         ] + [
-            threading.Thread(target=self._keep_books, name=f"writer-{i}", daemon=True)
+            threading.Thread(
+                target=self._keep_books, args=(i == 0,), name=f"writer-{i}", daemon=True
+            )
             for i in range(bookkeepers)
         ]
         for thread in self._threads:
@@ -726,6 +732,8 @@ class WriteBacklog:
 
     def later(self, write: Callable[[], None], urgency: Urgency = Urgency.EVENT) -> None:
         if urgency is Urgency.BIND:
+            with self._lock:
+                self._binding += 1
             self._binds.put(write)
         else:
             self._put(urgency, write)
@@ -742,14 +750,25 @@ class WriteBacklog:
                 write = self._binds.get(timeout=0.5)
             except queue.Empty:
                 continue
-            _run(write)
-
-    def _keep_books(self) -> None:
-        while not self._stop.is_set():
             try:
-                item = self._queue.get(timeout=0.5).item
+                _run(write)
+            finally:
+                with self._lock:
+                    self._binding -= 1
+
+    def _keep_books(self, always: bool) -> None:
+        while not self._stop.is_set():
+            if not always and self._binding:
+                self._stop.wait(BOOKS_PAUSE_S)
+                continue
+            try:
+                queued = self._queue.get(timeout=0.5)
             except queue.Empty:
                 continue
+            if not always and self._binding:
+                self._queue.put(queued)  # binds came while it waited: back, in its place
+                continue
+            item = queued.item
             if isinstance(item, tuple):
                 with self._lock:
                     write = self._statuses.pop(item, None)
@@ -758,6 +777,10 @@ class WriteBacklog:
             else:
                 write = item
             _run(write)
+
+
+#: How often a waiting bookkeeper looks whether the binds are done.
+BOOKS_PAUSE_S = 0.05
 
 
 def _run(write: Callable[[], None]) -> None:

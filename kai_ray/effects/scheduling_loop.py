@@ -81,7 +81,7 @@ class LoopOptions:
     #: it hands its binds over and starts the next (`run_cycle`'s `time_up`): in a
     #: burst of thousands of new pods the writers start binding after this, not
     #: after the whole burst is decided.
-    placement_budget_s: float = 1.0
+    placement_budget_s: float = 3.0
 
 
 class SchedulingLoop:
