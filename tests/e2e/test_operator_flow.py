@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kai_ray.values.names import GPU_DEVICES_ANNOTATION, QUEUE_LABEL
-from tests.builders import make_pod_group
+from tests.builders import make_pod_group, make_queue
 
 from .nodes import RACK_LABEL, ZONE_LABEL
 from .operator_process import OperatorProcess
@@ -562,3 +562,44 @@ def test_deleting_a_workload_releases_its_gpus_within_a_cycle(
     )
     eventually(lambda: sandbox.get("PodGroup", "raycluster-done") is None, 30, "the PodGroup to go")
     assert sandbox.node_gpus() == dict.fromkeys(sandbox.nodes, 0)
+
+
+def test_over_committed_quotas_warn_on_the_queues_and_a_queue_within_its_quota_keeps_it(
+    operator: OperatorProcess, sandbox: Sandbox
+) -> None:
+    """Two top-level queues whose quotas add up to more than the cluster has (the
+    webhook refuses that below the top, where a parent's quota bounds its
+    children): each carries a QuotaOverCommitted warning that says so, and each
+    quota is still guaranteed: team-a, holding less than its quota, is not reclaimed
+    from when team-b asks for 2 GPUs on a full pool; team-b waits."""
+    huge = 1_000_000
+    team_a, team_b = sandbox.name("over-a"), sandbox.name("over-b")
+    sandbox.kubectl_apply(
+        *(make_queue(name).gpu(quota=huge, limit=None).build() for name in (team_a, team_b))
+    )
+    sandbox.make_nodes(1, gpus_per_node=4)
+    selector = sandbox.node_selector
+
+    def warned(queue: str) -> dict[str, Any] | None:
+        status = (sandbox.get("Queue", queue) or {}).get("status") or {}
+        found = [c for c in status.get("conditions") or [] if c["type"] == "QuotaOverCommitted"]
+        return found[0] if found and found[0]["status"] == "True" else None
+
+    for queue in (team_a, team_b):
+        condition = eventually(lambda q=queue: warned(q), 30, f"{queue}'s QuotaOverCommitted")
+        assert "the quotas of the top-level queues add up to" in condition["message"], condition
+        assert "the cluster has" in condition["message"], condition
+
+    # bare pods: they run until deleted (kwok completes a Job's pods at once)
+    for i in range(4):
+        sandbox.create(pod(f"full-{i}", team_a, selector, gpus=1))
+    held = sandbox.wait_pods(None, 4, bound=True)
+    sandbox.create(pod("wants", team_b, selector, gpus=2))
+    sandbox.wait_get("PodGroup", "pod-wants")
+    holds(
+        lambda: (
+            not sandbox.pod("wants").spec.node_name and not any(_gone(sandbox, p) for p in held)
+        ),
+        2 * CYCLES_S,
+        "team-a keeps what is within its quota; team-b waits",
+    )
