@@ -84,6 +84,8 @@ CLUSTER_CALLS: dict[tuple[str, str, str, str], str] = {
     ("ray.io", "rayjobs", "list", ""): "Informer",
     ("ray.io", "rayjobs", "watch", ""): "Informer",
     ("ray.io", "rayjobs", "patch", ""): "KubeWriter.set_suspend",
+    ("scheduler.grove.io", "podgangs", "list", ""): "Informer",
+    ("scheduler.grove.io", "podgangs", "watch", ""): "Informer",
     ("apiextensions.k8s.io", "customresourcedefinitions", "list", ""): "kopf's resource scan",
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch", ""): "kopf's resource scan",
 }
