@@ -164,8 +164,8 @@ class Binder:
                 self._defer(binds, snapshot, report)
             batches = [batch for batch in batches if not batch[1]]
         if self.reserve is not None and self.submit is not None:
-            now_made = {binds[0].node for binds, _ in batches}
-            self._hand_over([b for b in planned if b.node in now_made], snapshot, report)
+            not_deferred = {binds[0].node for binds, _ in batches}
+            self._hand_over([b for b in planned if b.node in not_deferred], snapshot, report)
             batches = []
         for done in self._map(lambda b: self._bind_all(b[0], b[1], snapshot), batches):
             for bind, result in done:

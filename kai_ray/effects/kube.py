@@ -233,7 +233,10 @@ class Informer(threading.Thread):
                 self._watch(version)
             except ApiError as err:
                 problem = f"{self.kind.plural}: {err.status} {err.reason}"
-                if problem != self.problem:  # said once, not at every retry
+                if problem != self.problem and err.status == 404:  # said once
+                    # an optional kind whose CRD is not installed (KubeRay, Grove)
+                    LOG.info("%s not served here; looking again every 30 s", self.kind.plural)
+                elif problem != self.problem:
                     LOG.warning("listing %s failed: %s", self.kind.plural, problem)
                 self.problem = problem
                 absent = err.status in (403, 404)

@@ -3,23 +3,34 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from kai_ray.effects.kube import Urgency, WriteBacklog
+
+
+class Writes:
+    """Counts writes that hold until `until` is set (or `seconds` pass): how many
+    ran at once at most, and how many ended."""
+
+    def __init__(self, until: threading.Event, seconds: float) -> None:
+        self.until, self.seconds = until, seconds
+        self.busy = self.most = self.done = 0
+        self.lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self.lock:
+            self.busy += 1
+            self.most = max(self.most, self.busy)
+        self.until.wait(self.seconds)
+        with self.lock:
+            self.busy -= 1
+            self.done += 1
 
 
 def test_binds_go_out_while_bookkeeping_is_stuck_and_bookkeeping_is_bounded() -> None:
     stop, release = threading.Event(), threading.Event()
     backlog = WriteBacklog(workers=2, stop=stop, bookkeepers=2)
-    busy, most, lock = [0], [0], threading.Lock()
-
-    def slow_status() -> None:
-        with lock:
-            busy[0] += 1
-            most[0] = max(most[0], busy[0])
-        release.wait(10)
-        with lock:
-            busy[0] -= 1
-
+    slow_status = Writes(release, 10)
     try:
         for i in range(6):
             backlog.status("PodGroup", f"ns/g{i}", slow_status)
@@ -28,7 +39,7 @@ def test_binds_go_out_while_bookkeeping_is_stuck_and_bookkeeping_is_bounded() ->
         for done in bound:
             backlog.later(done.set, Urgency.BIND)
         assert all(done.wait(5) for done in bound), "a bind waited behind bookkeeping"
-        assert 1 <= most[0] <= 2  # bookkeepers only, never a binder
+        assert 1 <= slow_status.most <= 2  # bookkeepers only, never a binder
     finally:
         release.set()
         stop.set()
@@ -53,24 +64,14 @@ def test_only_the_latest_status_of_an_object_is_written() -> None:
 def test_while_binds_go_out_one_bookkeeper_works_and_the_rest_wait() -> None:
     stop, bind_gate, seen = threading.Event(), threading.Event(), threading.Event()
     backlog = WriteBacklog(workers=1, stop=stop, bookkeepers=3)
-    busy, most, done, lock = [0], [0], [0], threading.Lock()
-
-    def status() -> None:
-        with lock:
-            busy[0] += 1
-            most[0] = max(most[0], busy[0])
-        seen.wait(0.05)
-        with lock:
-            busy[0] -= 1
-            done[0] += 1
+    status = Writes(seen, 0.05)
 
     try:
         backlog.later(lambda: bind_gate.wait(5), Urgency.BIND)  # a bind going out
         for i in range(6):
             backlog.status("PodGroup", f"ns/g{i}", status)
-        deadline = threading.Event()
-        deadline.wait(1.0)
-        assert done[0] == 6 and most[0] == 1  # bookkeeping moved, one writer at a time
+        time.sleep(1.0)  # six writes of 0.05 s, one bookkeeper at a time
+        assert status.done == 6 and status.most == 1  # bookkeeping moved, one at a time
         bind_gate.set()
     finally:
         bind_gate.set()
