@@ -21,6 +21,8 @@ import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from kai_ray.state.dra_allocate import ClaimAllocation
+
 
 @dataclass(frozen=True)
 class Bind:
@@ -32,6 +34,8 @@ class Bind:
     gpu_devices: tuple[int, ...] = ()
     #: For a GPU-sharing pod: the fraction of its one device it takes.
     gpu_fraction: float = 0.0
+    #: The pod's DRA claims with their devices, written before the bind (docs/dra.md).
+    claims: tuple[ClaimAllocation, ...] = ()
 
 
 @dataclass(frozen=True)

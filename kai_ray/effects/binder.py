@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kai_ray.decisions.plan import Bind, Evict, GroupStatus, Plan
+from kai_ray.state.dra_allocate import ClaimAllocation
+from kai_ray.state.dra_status import Consumer
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.errors import ObjectRef
 from kai_ray.values.names import ADMISSION_GATE, GPU_DEVICES_ANNOTATION
@@ -91,6 +93,16 @@ class ClusterWriter(Protocol):
     def write_group_status(self, status: GroupStatus, now: float) -> WriteResult: ...
 
     def resume_workload(self, kind: str, key: str) -> WriteResult: ...
+
+    def write_claim(
+        self, namespace: str, name: str, allocation: ClaimAllocation, consumer: Consumer
+    ) -> WriteResult:
+        """Allocate the claim (unless it is already) and reserve it for `consumer`."""
+        ...
+
+    def release_claim(self, namespace: str, name: str, pod_uid: str) -> WriteResult:
+        """The pod no longer uses the claim: deallocated when nobody does."""
+        ...
 
     def record_event(self, ref: ObjectRef, warning: bool, reason: str, message: str) -> None: ...
 
@@ -294,7 +306,13 @@ class Binder:
                 if self.on_failed is not None:
                     self.on_failed(bind, lifted)
                 return lifted
+        claimed = self._write_claims(bind, pod.uid if pod is not None else "")
+        if not claimed.ok:
+            self._failed(bind, claimed)
+            return claimed
         result = self.writer.bind(bind, _bind_annotations(bind))
+        if not result.ok and bind.claims:
+            self._release_claims(bind, bind.claims, pod.uid if pod is not None else "")
         if result.ok:
             if self.on_bound is not None:
                 self.on_bound(bind)
@@ -303,6 +321,32 @@ class Binder:
         else:
             self._failed(bind, result)
         return result
+
+    def _write_claims(self, bind: Bind, uid: str) -> WriteResult:
+        """The pod's DRA claims allocated and reserved for it, before its bind; on a
+        failure the ones written are released again (the bind is then not made)."""
+        name = bind.pod.partition("/")[2]
+        for done, claim in enumerate(bind.claims):
+            result = self.writer.write_claim(
+                claim.namespace, claim.name, claim, Consumer(name, uid)
+            )
+            if not result.ok:
+                self._release_claims(bind, bind.claims[:done], uid)
+                message = f"ResourceClaim {claim.namespace}/{claim.name}: {result.message}"
+                return WriteResult(result.outcome, message)
+        return WriteResult(Outcome.DONE)
+
+    def _release_claims(self, bind: Bind, claims: Iterable[ClaimAllocation], uid: str) -> None:
+        for claim in claims:
+            released = self.writer.release_claim(claim.namespace, claim.name, uid)
+            if not released.ok:
+                LOG.warning(
+                    "bind of %s failed and its ResourceClaim %s/%s was not released: %s",
+                    bind.pod,
+                    claim.namespace,
+                    claim.name,
+                    released.message,
+                )
 
     def _failed(self, bind: Bind, result: WriteResult) -> None:
         if self.on_failed is not None:

@@ -22,6 +22,7 @@ Pure: no I/O, no threads; the operator serialises access.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,12 +30,22 @@ from typing import Any
 
 from cachetools import TTLCache
 
+from kai_ray.state.dra_view import EMPTY as EMPTY_DRA
+from kai_ray.state.dra_view import (
+    DeviceSide,
+    DraView,
+    build_device_side,
+    build_dra_view,
+    with_claims,
+    with_devices,
+)
 from kai_ray.state.incremental import SnapshotKeeper
 from kai_ray.state.keeping import Changes
 from kai_ray.state.nodes import NodeFacts, NodeReading, read_node, read_nodes
 from kai_ray.state.pod_states import PodState, read_pod
 from kai_ray.state.snapshot import ClusterObjects, Snapshot, _cyclic_gc_paused
-from kai_ray.values.errors import InvalidObjectError, Problem
+from kai_ray.values.dra import DraSettings
+from kai_ray.values.errors import InvalidFieldError, InvalidObjectError, Problem
 from kai_ray.values.names import (
     GPU_DEVICES_ANNOTATION,
     PLACEHOLDER_ANNOTATION,
@@ -45,11 +56,16 @@ from kai_ray.values.resources import Resources
 from kai_ray.workloads.expected_pods import pods_for_workload
 from kai_ray.workloads.grouping import derive_groups
 from kai_ray.workloads.membership import needs_derived_group
+from kai_ray.workloads.pod_claims import PodClaim, pod_claims
 from kai_ray.workloads.pod_fields import pod_node, pod_requests
 
 Obj = Mapping[str, Any]
 #: Kinds the snapshot is built from; any other kind is kept as a workload.
 NODE, POD, POD_GROUP, QUEUE, TOPOLOGY = "Node", "Pod", "PodGroup", "Queue", "Topology"
+#: DRA kinds (resource.k8s.io/v1), read into the snapshot's `DraView`.
+DEVICE_CLASS, RESOURCE_SLICE = "DeviceClass", "ResourceSlice"
+RESOURCE_CLAIM, CLAIM_TEMPLATE = "ResourceClaim", "ResourceClaimTemplate"
+DRA_KINDS = (DEVICE_CLASS, RESOURCE_SLICE, RESOURCE_CLAIM, CLAIM_TEMPLATE)
 #: Placeholder pods are listed after every stored pod.
 PLACEHOLDERS_PLACE = 1 << 62
 
@@ -79,11 +95,13 @@ class ClusterCache:
         scheduler_name: str = SCHEDULER_NAME,
         clock: Callable[[], float] | None = None,
         assume_ttl_s: float = 30.0,
+        dra: DraSettings | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name
+        self.dra_settings = dra or DraSettings()
         self._clock = clock or (lambda: 0.0)
         self._objects: dict[str, dict[str, Obj]] = {
-            kind: {} for kind in (NODE, POD, POD_GROUP, QUEUE, TOPOLOGY)
+            kind: {} for kind in (NODE, POD, POD_GROUP, QUEUE, TOPOLOGY, *DRA_KINDS)
         }
         #: Workloads (RayCluster, RayJob, Job, ...) by (kind, key).
         self.workloads: dict[tuple[str, str], Obj] = {}
@@ -125,6 +143,16 @@ class ClusterCache:
         self._made_in: dict[str, str] = {}
         self._released: dict[tuple[str, str], list[Obj]] = {}
         self.reserve_ttl_s = 60.0
+        #: DRA: what slices and classes give (built again when they or node labels
+        #: change), the view of the claims over it (again when a claim changes), the
+        #: claims each live pod names, the pods naming each claim, and the pods with
+        #: any claim entry (read again when a template, class or slice changes).
+        self._device_side: DeviceSide | None = None
+        self._dra_view: DraView | None = None
+        self._pod_claim_keys: dict[str, tuple[str, ...]] = {}
+        self._claim_users: dict[str, set[str]] = {}
+        self._claim_pods: set[str] = set()
+        self._published: tuple[Snapshot, DraView, Snapshot] | None = None
 
     # ------------------------------------------------------------- feeding
 
@@ -140,6 +168,7 @@ class ClusterCache:
             self._unindex(key)
             self._pod_changed(key)
             self._count_made(key, obj)
+            self._claims_named(key, obj)
             (self._leaving.add if _leaving(obj) else self._leaving.discard)(key)
             if key in self._assumed_keys and pod_node(obj) is not None:
                 self._assumed.pop(key, None)  # the watch caught up with the bind
@@ -147,6 +176,8 @@ class ClusterCache:
                 self._assumed_keys.discard(key)
         elif kind == NODE:
             self._node_changed(key, obj)
+        elif kind in DRA_KINDS:
+            self._dra_changed(kind, key)
         self._note(kind, key)
         self._objects[kind][key] = obj
         if kind == POD:
@@ -168,6 +199,9 @@ class ClusterCache:
             self._pinned.pop(key, None)
             self._assumed_keys.discard(key)
             self._leaving.discard(key)
+            self._claims_named(key, None)
+        elif kind in DRA_KINDS:
+            self._dra_changed(kind, key)
         if self._objects[kind].pop(key, None) is not None:
             self._note(kind, key, gone=True)
             if kind == NODE:
@@ -203,11 +237,52 @@ class ClusterCache:
         self._pods.pop(key, None)
         self._changes.pods.add(key)
 
+    def _claims_named(self, key: str, pod: Obj | None) -> None:
+        """Keep the claims each live pod names; the users of a claim whose users
+        changed are read again (the first of them counts a shared claim)."""
+        entries = _claim_entries(pod)
+        (self._claim_pods.add if entries else self._claim_pods.discard)(key)
+        live = pod is not None and not _finished(pod) and not _leaving(pod)
+        namespace = key.partition("/")[0]
+        named = tuple(f"{namespace}/{e.claim}" for e in entries if e.claim) if live else ()
+        before = self._pod_claim_keys.pop(key, ())
+        if named:
+            self._pod_claim_keys[key] = named
+        if before == named:
+            return
+        for claim in {*before, *named}:
+            users = self._claim_users.setdefault(claim, set())
+            (users.add if claim in named else users.discard)(key)
+            for user in users:
+                self._pod_changed(user)
+            if not users:
+                del self._claim_users[claim]
+        self._dra_view = None
+
+    def _dra_changed(self, kind: str, key: str) -> None:
+        """A DRA object changed: the view again, and the pods it may change."""
+        self._dra_view = None
+        if kind == RESOURCE_CLAIM:
+            for user in self._claim_users.get(key, ()):
+                self._pod_changed(user)
+            return
+        if kind in (DEVICE_CLASS, RESOURCE_SLICE):
+            self._device_side = None
+            self._nodes = None
+        for pod in self._claim_pods:
+            self._pod_changed(pod)
+
     def _node_changed(self, key: str, obj: Obj | None) -> None:
         """Nodes are read again only when what the snapshot takes from them changed
         (a status heartbeat changes nothing it reads)."""
         facts = read_node(obj) if obj is not None else None
-        if facts is None or self._node_facts.get(key) != facts:
+        before = self._node_facts.get(key)
+        if (facts is None) != (before is None) or (
+            facts is not None and before is not None and facts[0].labels != before[0].labels
+        ):
+            self._device_side = None  # slices may select nodes by label
+            self._dra_view = None
+        if facts is None or before != facts:
             self._nodes = None
         if facts is None:
             self._node_facts.pop(key, None)
@@ -359,6 +434,11 @@ class ClusterCache:
             queues=list(self._objects[QUEUE].values()),
             topologies=list(self._objects[TOPOLOGY].values()),
             usage=self.usage,
+            device_classes=list(self._objects[DEVICE_CLASS].values()),
+            resource_slices=list(self._objects[RESOURCE_SLICE].values()),
+            resource_claims=list(self._objects[RESOURCE_CLAIM].values()),
+            claim_templates=list(self._objects[CLAIM_TEMPLATE].values()),
+            dra=self.dra_settings,
         )
 
     def _pods_as_read(self, pods: Mapping[str, Obj]) -> list[Obj]:
@@ -373,20 +453,60 @@ class ClusterCache:
         self._expire_assumed()
         self._release_reservations()
         with _cyclic_gc_paused():
+            view = self.dra_view()
             if self._nodes is None:
                 self._nodes = self._node_reading()
             snapshot = self._keeper.snapshot(self, self._nodes, self._changes)
         self._changes.clear()
-        return snapshot
+        if view is EMPTY_DRA:
+            return snapshot
+        published = self._published
+        if published is None or published[0] is not snapshot or published[1] is not view:
+            published = (snapshot, view, dataclasses.replace(snapshot, dra=view))
+            self._published = published
+        return published[2]
+
+    def dra_view(self) -> DraView:
+        """What this cycle knows of DRA (`state/dra_view.py`); EMPTY_DRA without DRA objects."""
+        if self._dra_view is None:
+            self._dra_view = self._build_dra_view()
+        return self._dra_view
+
+    def _build_dra_view(self) -> DraView:
+        if not any(self._objects[kind] for kind in DRA_KINDS):
+            return EMPTY_DRA
+        if self._device_side is None:
+            labels = {name: facts.labels for name, (facts, _) in self._node_facts.items()}
+            self._device_side = build_device_side(
+                classes=self._objects[DEVICE_CLASS].values(),
+                slices=self._objects[RESOURCE_SLICE].values(),
+                node_labels=labels,
+                settings=self.dra_settings,
+            )
+        users = {claim: tuple(sorted(keys)) for claim, keys in self._claim_users.items()}
+        return build_dra_view(
+            self._device_side,
+            claims=self._objects[RESOURCE_CLAIM].values(),
+            templates=self._objects[CLAIM_TEMPLATE].values(),
+            users=users,
+            settings=self.dra_settings,
+        )
 
     def _node_reading(self) -> NodeReading:
         """The nodes as `read_nodes` reads them, from the readings kept per node
         (read again only where their names could collide)."""
         facts = self._node_facts
         if any(key not in facts or facts[key][0].name != key for key in self._objects[NODE]):
-            return read_nodes(list(self._objects[NODE].values()))
-        read = [facts[key] for key in self._objects[NODE]]
-        return NodeReading([node for node, _ in read], [p for _, found in read for p in found])
+            reading = read_nodes(list(self._objects[NODE].values()))
+        else:
+            read = [facts[key] for key in self._objects[NODE]]
+            reading = NodeReading(
+                [node for node, _ in read], [p for _, found in read for p in found]
+            )
+        view = self.dra_view()
+        if view is not EMPTY_DRA:
+            reading = NodeReading([with_devices(n, view) for n in reading.nodes], reading.problems)
+        return reading
 
     # ------------------------------------- what the snapshot keeper reads
 
@@ -405,6 +525,8 @@ class ClusterCache:
                 obj = placeholder[1]
             found: list[Problem] = []
             state = None if _leaving(obj) else read_pod(obj, found)
+            if state is not None and state.claim_entries:
+                state = with_claims(state, self.dra_view())
             cached = self._pods[key] = (state, found)
         return cached
 
@@ -571,3 +693,14 @@ def _leaving(pod: Obj) -> bool:
 
 def _finished(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _claim_entries(pod: Obj | None) -> tuple[PodClaim, ...]:
+    """The pod's claim entries; none when it has none or they cannot be read (the
+    pod's reading reports that)."""
+    if pod is None or not (pod.get("spec") or {}).get("resourceClaims"):
+        return ()
+    try:
+        return pod_claims(pod)
+    except InvalidFieldError:
+        return ()

@@ -26,6 +26,7 @@ from kai_ray.state.dra import DeviceRef, Inventory, InventoryDevice
 from kai_ray.values.device_cel import SelectorError, compile_selector
 from kai_ray.values.dra import (
     MAX_ALLOCATED_DEVICES,
+    DeviceClass,
     DeviceConstraint,
     DeviceSelector,
     ExactDeviceRequest,
@@ -362,3 +363,16 @@ def _intersection(a: NodeSelector, b: NodeSelector) -> NodeSelector:
         for t in b.nodeSelectorTerms
     ]
     return NodeSelector(nodeSelectorTerms=terms)
+
+
+def class_members(devices: Sequence[InventoryDevice], device_class: DeviceClass) -> int:
+    """How many of `devices` pass the class's selectors (a selector that fails to
+    compile or to evaluate counts the device out; the allocator reports it)."""
+    where = f"DeviceClass {device_class.metadata.name}: spec.selectors"
+    count = 0
+    for device in devices:
+        try:
+            count += _passes(device, device_class.spec.selectors, where)
+        except _Abort:
+            continue
+    return count

@@ -18,6 +18,7 @@ from kai_ray.values.errors import InvalidFieldError, ObjectRef, Problem
 from kai_ray.values.names import ADMISSION_GATE
 from kai_ray.values.resources import GPU, Resources, add_into
 from kai_ray.workloads.pod_affinity import PodAffinity, pod_inter_affinity
+from kai_ray.workloads.pod_claims import PodClaim, pod_claims
 from kai_ray.workloads.pod_fields import (
     GpuShare,
     NodeSelectorTerm,
@@ -87,6 +88,13 @@ class PodState:
     labels: Mapping[str, str] = field(default_factory=dict, hash=False)
     #: Inter-pod affinity and anti-affinity; None when the pod has no such terms.
     pod_affinity: PodAffinity | None = None
+    uid: str = ""
+    #: spec.resourceClaims as read from the pod (`pod_claims`), before the claims are found.
+    claim_entries: tuple[PodClaim, ...] = ()
+    #: The DRA claims found for it (`namespace/name`), set by the snapshot's `DraView`.
+    claims: tuple[str, ...] = ()
+    #: Why its claims keep it from being placed ("" when they do not).
+    claim_wait: str = ""
 
     @property
     def terminal(self) -> bool:
@@ -139,6 +147,10 @@ class PodState:
             self.releasing,
             self.labels,
             self.pod_affinity,
+            self.uid,
+            self.claim_entries,
+            self.claims,
+            self.claim_wait,
         )
 
 
@@ -185,6 +197,7 @@ def read_pod(pod: Mapping[str, Any], problems: list[Problem]) -> PodState | None
         tolerations = pod_tolerations(pod)
         labels = pod_labels(pod)
         pod_affinity = pod_inter_affinity(pod)
+        claim_entries = pod_claims(pod)
     except InvalidFieldError as err:
         problems.append(field_problem(object_ref(pod, POD), _excluded(err, pod)))
         return None
@@ -212,6 +225,8 @@ def read_pod(pod: Mapping[str, Any], problems: list[Problem]) -> PodState | None
         releasing=pod_node(pod) is not None and pod_is_deleting(pod),
         labels=labels,
         pod_affinity=pod_affinity,
+        uid=str((pod.get("metadata") or {}).get("uid") or ""),
+        claim_entries=claim_entries,
     )
 
 

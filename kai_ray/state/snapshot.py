@@ -11,6 +11,7 @@ cache again after this. Pure: no I/O; arrays are read-only.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,15 @@ import numpy.typing as npt
 from pydantic import ValidationError
 
 from kai_ray.state.devices import NO_DEVICE, GpuDevices, account_node
+from kai_ray.state.dra_view import EMPTY as EMPTY_DRA
+from kai_ray.state.dra_view import (
+    DraView,
+    build_device_side,
+    build_dra_view,
+    claim_users,
+    with_claims,
+    with_devices,
+)
 from kai_ray.state.groups import PodGroupState, build_pod_groups
 from kai_ray.state.memo import NodeAccount, SnapshotMemo
 from kai_ray.state.nodes import NodeFacts, Taint, read_nodes
@@ -30,6 +40,7 @@ from kai_ray.state.problems import object_ref, validation_problems
 from kai_ray.state.queues import QueueTree, build_queue_tree
 from kai_ray.state.topology import TopologyTree, fill_topology_tree, topology_layout
 from kai_ray.values.api import PodGroup, Topology
+from kai_ray.values.dra import DraSettings
 from kai_ray.values.errors import Problem
 from kai_ray.values.names import SCHEDULER_NAME
 from kai_ray.values.resources import CORE, GPU, Resources, canonical_name
@@ -51,6 +62,22 @@ class ClusterObjects:
     topologies: Sequence[Mapping[str, Any]] = ()
     #: queue -> resource -> decayed usage; overrides what Queue.status.usage persisted.
     usage: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    #: DRA (resource.k8s.io/v1) objects.
+    device_classes: Sequence[Mapping[str, Any]] = ()
+    resource_slices: Sequence[Mapping[str, Any]] = ()
+    resource_claims: Sequence[Mapping[str, Any]] = ()
+    claim_templates: Sequence[Mapping[str, Any]] = ()
+    #: How DRA devices count in queues (SchedulerConfig `spec.dra`).
+    dra: DraSettings = field(default_factory=DraSettings)
+
+    @property
+    def has_dra(self) -> bool:
+        return bool(
+            self.device_classes
+            or self.resource_slices
+            or self.resource_claims
+            or self.claim_templates
+        )
 
 
 @dataclass(frozen=True)
@@ -91,6 +118,8 @@ class Snapshot:
     #: `pod_groups`: a copy that replaces those must replace these too. The cache
     #: keeps it from cycle to cycle, so reading it costs what it holds, not every group.
     waiting_groups: tuple[PodGroupState, ...]
+    #: DRA devices and claims (`state/dra_view.py`); empty in a cluster without them.
+    dra: DraView = EMPTY_DRA
 
     def column(self, name: str) -> int:
         """The matrix column of a resource (`gpu` accepted for `nvidia.com/gpu`)."""
@@ -140,8 +169,33 @@ def _build(objects: ClusterObjects, scheduler_name: str) -> Snapshot:
     node_reading = read_nodes(objects.nodes)
     pod_reading = read_pods(objects.pods)
     problems = [*node_reading.problems, *pod_reading.problems]
-    return assemble_snapshot(
-        objects, node_reading.nodes, pod_reading.pods, problems, scheduler_name
+    if not objects.has_dra:
+        return assemble_snapshot(
+            objects, node_reading.nodes, pod_reading.pods, problems, scheduler_name
+        )
+    view = dra_view_of(objects, node_reading.nodes, pod_reading.pods)
+    nodes = [with_devices(node, view) for node in node_reading.nodes]
+    pods = [with_claims(pod, view) for pod in pod_reading.pods]
+    snapshot = assemble_snapshot(objects, nodes, pods, problems, scheduler_name)
+    return dataclasses.replace(snapshot, dra=view)
+
+
+def dra_view_of(
+    objects: ClusterObjects, nodes: Sequence[NodeFacts], pods: Sequence[PodState]
+) -> DraView:
+    """The DRA view of `objects` (as `ClusterCache.dra_view` keeps it)."""
+    devices = build_device_side(
+        classes=objects.device_classes,
+        slices=objects.resource_slices,
+        node_labels={node.name: node.labels for node in nodes},
+        settings=objects.dra,
+    )
+    return build_dra_view(
+        devices,
+        claims=objects.resource_claims,
+        templates=objects.claim_templates,
+        users=claim_users(pods),
+        settings=objects.dra,
     )
 
 

@@ -16,6 +16,7 @@ from croniter import croniter
 from pydantic import Field, model_validator
 
 from kai_ray.values.api import ApiModel, Duration, ObjectMeta
+from kai_ray.values.dra import DraSettings
 
 CONFIG_API_VERSION: Final = "config.kai-ray.io/v1alpha1"
 DEFAULT_ACTIONS = ("allocate", "consolidate", "reclaim", "preempt", "stale-gang-eviction")
@@ -101,6 +102,10 @@ class SchedulerConfigSpec(ApiModel):
     staleGangGracePeriod: Duration = "60s"
     consolidationMaxJobs: int = Field(default=8, ge=0)
     rayBackend: RayBackend = Field(default_factory=RayBackend)
+    dra: DraSettings = Field(
+        default_factory=DraSettings,
+        description="How Dynamic Resource Allocation devices count in queues (docs/dra.md).",
+    )
 
 
 class SchedulerConfig(ApiModel):

@@ -1,0 +1,318 @@
+"""What one cycle knows of DRA: the inventory, the claims, and what each pod's claims ask.
+
+`build_dra_view` reads the cluster's DeviceClasses, ResourceSlices, ResourceClaims
+and ResourceClaimTemplates once (bad objects become problems naming the field)
+and gives the snapshot one `DraView`:
+- the device **inventory** (`state/dra.py`) and the devices allocated claims hold
+  (`taken`);
+- per node, its **own devices of mapped classes** as queue resources
+  (`node_resources`), which the snapshot adds to the node's allocatable, so a node
+  with eight DRA GPUs offers eight `nvidia.com/gpu` exactly as a device plugin's
+  node does, and a pod whose claims hold or ask for eight takes them;
+- per node, the **NVLink domain** its devices name (`node_labels`, the label
+  `NVLINK_DOMAIN_LABEL`), so a Topology level or a gang's required level can name it;
+- `pod_claims`: a pod's claims resolved, the queue resources they ask for (or
+  hold), and why the pod cannot be placed yet when a claim is missing or malformed.
+
+A claim shared by several pods (one `resourceClaimName` named by every pod of a
+gang) counts once: in the first of its live users by key. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kai_ray.state.dra import (
+    DeviceRef,
+    Inventory,
+    allocated_resources,
+    build_inventory,
+    class_resource,
+    nvlink_domains,
+    requested_resources,
+)
+from kai_ray.state.dra_allocate import class_members
+from kai_ray.state.nodes import NodeFacts
+from kai_ray.state.pod_states import PodState
+from kai_ray.values.device_cel import selector_problems
+from kai_ray.values.dra import (
+    DeviceClass,
+    DraSettings,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+)
+from kai_ray.values.errors import InvalidObjectError, Problem
+from kai_ray.values.resources import Resources
+from kai_ray.values.validation import parse_model
+from kai_ray.workloads.pod_claims import PodClaim
+
+Obj = Mapping[str, Any]
+#: The node label carrying the NVLink domain (`DraSettings.nvlinkDomainAttribute`)
+#: of the node's own devices, for Topology levels and required levels.
+NVLINK_DOMAIN_LABEL = "kai-ray.io/nvlink-domain"
+
+
+@dataclass(frozen=True)
+class PodClaims:
+    """A pod's claims as this cycle sees them."""
+
+    #: `namespace/name` of each claim that exists, in the pod's order.
+    keys: tuple[str, ...] = ()
+    #: Queue resources the claims ask for or hold (a shared claim: its first user only).
+    resources: Resources = field(default_factory=Resources)
+    #: Why the pod cannot be placed yet ("" when it can): a claim not made yet,
+    #: a claim or template that does not exist or cannot be read.
+    wait: str = ""
+
+
+@dataclass(frozen=True)
+class DraView:
+    settings: DraSettings = field(default_factory=DraSettings)
+    inventory: Inventory = field(
+        default_factory=lambda: Inventory(classes={}, by_node={}, node_labels={})
+    )
+    #: Readable claims by `namespace/name`.
+    claims: Mapping[str, ResourceClaim] = field(default_factory=dict)
+    templates: Mapping[str, ResourceClaimTemplate] = field(default_factory=dict)
+    #: Devices held by allocated claims.
+    taken: frozenset[DeviceRef] = frozenset()
+    #: Claim key -> the keys of live pods naming it, sorted (the first one counts it).
+    users: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Node -> its own devices of mapped classes, as queue resources.
+    node_resources: Mapping[str, Resources] = field(default_factory=dict)
+    #: Node -> labels the devices give it (the NVLink domain).
+    node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    problems: tuple[Problem, ...] = ()
+    #: Bad claims by key: the problem a pod using them waits on.
+    broken: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.claims or self.templates or self.inventory.by_node)
+
+    def pod_claims(self, pod_key: str, namespace: str, entries: Sequence[PodClaim]) -> PodClaims:
+        """The pod's claims resolved; `entries` as `pod_claims` read them from the pod."""
+        if not entries:
+            return NO_CLAIMS
+        keys: list[str] = []
+        amounts: Resources = Resources()
+        waits: list[str] = []
+        for entry in entries:
+            if entry.claim is None:
+                template = self.templates.get(f"{namespace}/{entry.template}")
+                if template is None:
+                    waits.append(
+                        f"ResourceClaimTemplate {namespace}/{entry.template} (claim "
+                        f"{entry.entry!r}) does not exist or cannot be read"
+                    )
+                    continue
+                waits.append(
+                    f"the ResourceClaim of {entry.entry!r} (template {entry.template}) "
+                    "is not made yet"
+                )
+                claim = ResourceClaim.model_validate(
+                    {"metadata": {"name": "-", "namespace": namespace}, "spec": template.spec.spec}
+                )
+                amounts = amounts + requested_resources(claim, self.inventory, self.settings)
+                continue
+            key = f"{namespace}/{entry.claim}"
+            if key in self.broken:
+                waits.append(self.broken[key])
+                continue
+            found = self.claims.get(key)
+            if found is None:
+                waits.append(f"ResourceClaim {key} (claim {entry.entry!r}) does not exist")
+                continue
+            keys.append(key)
+            if self.users.get(key, (pod_key,))[0] == pod_key:
+                amounts = amounts + claim_resources(found, self.inventory, self.settings)
+        return PodClaims(tuple(keys), amounts, "; ".join(waits))
+
+
+NO_CLAIMS = PodClaims()
+EMPTY = DraView()
+
+
+def claim_resources(claim: ResourceClaim, inventory: Inventory, settings: DraSettings) -> Resources:
+    """What a claim counts as in queue resources: its devices once allocated, else its requests."""
+    allocation = claim.status.allocation
+    if allocation is not None:
+        results = [r.request for r in allocation.devices.results]
+        return allocated_resources(claim, results, inventory, settings)
+    return requested_resources(claim, inventory, settings)
+
+
+@dataclass(frozen=True)
+class DeviceSide:
+    """What the slices and classes give, for these nodes: built again only when
+    slices, classes or node labels change (building it costs about a second per
+    thousands of nodes; claims change with every bind and do not rebuild it)."""
+
+    inventory: Inventory
+    node_resources: Mapping[str, Resources]
+    node_labels: Mapping[str, Mapping[str, str]]
+    problems: tuple[Problem, ...]
+
+
+def build_device_side(
+    *,
+    classes: Iterable[Obj],
+    slices: Iterable[Obj],
+    node_labels: Mapping[str, Mapping[str, str]],
+    settings: DraSettings,
+) -> DeviceSide:
+    problems: list[Problem] = []
+    read_classes = [c for c in _parsed(DeviceClass, classes, problems) if _compiles(c, problems)]
+    read_slices = _parsed(ResourceSlice, slices, problems)
+    inventory = build_inventory(read_slices, read_classes, node_labels)
+    problems.extend(inventory.problems)
+    return DeviceSide(
+        inventory,
+        _node_resources(inventory, settings),
+        _domain_labels(inventory, settings),
+        tuple(problems),
+    )
+
+
+def build_dra_view(
+    devices: DeviceSide,
+    *,
+    claims: Iterable[Obj],
+    templates: Iterable[Obj],
+    users: Mapping[str, tuple[str, ...]],
+    settings: DraSettings,
+) -> DraView:
+    """The view of these claims and templates over `devices`; `users`: claim key ->
+    the keys of the live pods naming it."""
+    problems: list[Problem] = list(devices.problems)
+    broken: dict[str, str] = {}
+    read_claims: dict[str, ResourceClaim] = {}
+    for raw in claims:
+        key = _key(raw)
+        try:
+            claim = parse_model(ResourceClaim, raw)
+        except InvalidObjectError as err:
+            problems.extend(err.problems)
+            broken[key] = "; ".join(str(p) for p in err.problems)
+            continue
+        found = selector_problems(claim)
+        if found:
+            problems.extend(found)
+            broken[key] = "; ".join(str(p) for p in found)
+            continue
+        read_claims[key] = claim
+    read_templates: dict[str, ResourceClaimTemplate] = {}
+    for template in _parsed(ResourceClaimTemplate, templates, problems):
+        if _compiles(template, problems):
+            meta = template.metadata
+            read_templates[f"{meta.namespace}/{meta.name}"] = template
+    taken = frozenset(
+        DeviceRef(r.driver, r.pool, r.device)
+        for claim in read_claims.values()
+        if claim.status.allocation is not None
+        for r in claim.status.allocation.devices.results
+    )
+    return DraView(
+        settings=settings,
+        inventory=devices.inventory,
+        claims=read_claims,
+        templates=read_templates,
+        taken=taken,
+        users=users,
+        node_resources=devices.node_resources,
+        node_labels=devices.node_labels,
+        problems=tuple(problems),
+        broken=broken,
+    )
+
+
+def claim_users(pods: Iterable[PodState]) -> dict[str, tuple[str, ...]]:
+    """Claim key -> the keys of the live pods naming it, sorted."""
+    users: dict[str, list[str]] = defaultdict(list)
+    for pod in pods:
+        if pod.terminal:
+            continue
+        for entry in pod.claim_entries:
+            if entry.claim is not None:
+                users[f"{pod.namespace}/{entry.claim}"].append(pod.key)
+    return {key: tuple(sorted(keys)) for key, keys in users.items()}
+
+
+def with_claims(pod: PodState, view: DraView) -> PodState:
+    """The pod with its claims found and what they count as added to its requests."""
+    if not pod.claim_entries:
+        return pod
+    found = view.pod_claims(pod.key, pod.namespace, pod.claim_entries)
+    return dataclasses.replace(
+        pod, requests=pod.requests + found.resources, claims=found.keys, claim_wait=found.wait
+    )
+
+
+def with_devices(node: NodeFacts, view: DraView) -> NodeFacts:
+    """The node offering its own DRA devices of mapped classes, labelled with its NVLink domain."""
+    extra = view.node_resources.get(node.name)
+    labels = view.node_labels.get(node.name)
+    if extra is None and labels is None:
+        return node
+    return dataclasses.replace(
+        node,
+        capacity=node.capacity + extra if extra else node.capacity,
+        allocatable=node.allocatable + extra if extra else node.allocatable,
+        labels={**node.labels, **labels} if labels else node.labels,
+    )
+
+
+def _key(raw: Obj) -> str:
+    meta = raw.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+
+
+def _parsed(model: type[Any], objects: Iterable[Obj], problems: list[Problem]) -> list[Any]:
+    read = []
+    for raw in objects:
+        try:
+            read.append(parse_model(model, raw))
+        except InvalidObjectError as err:
+            problems.extend(err.problems)
+    return read
+
+
+def _compiles(obj: DeviceClass | ResourceClaimTemplate, problems: list[Problem]) -> bool:
+    found = selector_problems(obj)
+    problems.extend(found)
+    return not found
+
+
+def _node_resources(inventory: Inventory, settings: DraSettings) -> dict[str, Resources]:
+    """Each node's own devices of mapped classes, counted as the classes they match."""
+    mapped = {
+        name: resource
+        for name in inventory.classes
+        if (resource := class_resource(name, inventory, settings)) is not None
+    }
+    if not mapped:
+        return {}
+    counts: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for node, devices in inventory.by_node.items():
+        own = [d for d in devices if d.node == node]
+        for class_name, resource in mapped.items():
+            members = class_members(own, inventory.classes[class_name])
+            if members:
+                counts[node][resource] = max(counts[node][resource], float(members))
+    return {node: Resources(dict(amounts)) for node, amounts in counts.items()}
+
+
+def _domain_labels(inventory: Inventory, settings: DraSettings) -> dict[str, dict[str, str]]:
+    attribute = settings.nvlinkDomainAttribute
+    if attribute is None:
+        return {}
+    labels: dict[str, dict[str, str]] = {}
+    for value, nodes in nvlink_domains(inventory, attribute).items():
+        for node in nodes:
+            labels.setdefault(node, {NVLINK_DOMAIN_LABEL: value})
+    return labels
