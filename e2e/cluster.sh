@@ -292,7 +292,7 @@ up() {
     --authentication-kubeconfig="$RUN/kube-controller-manager.kubeconfig" \
     --authorization-kubeconfig="$RUN/kube-controller-manager.kubeconfig" \
     --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --leader-elect=false \
-    --controllers=serviceaccount-controller,serviceaccount-token-controller,namespace-controller,garbage-collector-controller,job-controller,replicaset-controller,deployment-controller,pod-garbage-collector-controller,root-ca-certificate-publisher-controller \
+    --controllers=serviceaccount-controller,serviceaccount-token-controller,namespace-controller,garbage-collector-controller,job-controller,replicaset-controller,deployment-controller,pod-garbage-collector-controller,root-ca-certificate-publisher-controller,resourceclaim-controller \
     --root-ca-file="$PKI/ca.crt" --service-account-private-key-file="$PKI/sa.key" \
     --kube-api-qps=200 --kube-api-burst=400 --concurrent-gc-syncs=5 --v=1
 

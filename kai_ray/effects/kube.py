@@ -6,7 +6,8 @@
   a watch that expires (`410 Gone`) or breaks is followed by a fresh list that
   replaces the kind whole, so deletions missed meanwhile are not kept;
 - `KubeWriter`: the binder's writer protocol on the API (Binding, Eviction,
-  gate lifts, PodGroup status, Events), mapping API errors to retry or not;
+  gate lifts, ResourceClaim allocations and releases, PodGroup status, Events),
+  mapping API errors to retry or not;
 - `LeaseElector`: leader election on a `coordination.k8s.io` Lease;
 - small reads and writes the operator needs (PodGroups, statuses, suspend);
 - `read_cluster` and `object_events`: one read of every watched kind, and the
@@ -26,11 +27,12 @@ import logging
 import math
 import os
 import queue
+import random
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import urllib3
@@ -40,8 +42,13 @@ from kai_ray.decisions.plan import Bind, Evict, GroupStatus
 from kai_ray.decisions.stale import stale_condition
 from kai_ray.effects.binder import DONE, Outcome, WriteResult
 from kai_ray.effects.reporting import merge_condition
+from kai_ray.state.cache import CLAIM_TEMPLATE, DEVICE_CLASS, RESOURCE_CLAIM, RESOURCE_SLICE
+from kai_ray.state.dra_allocate import ClaimAllocation
+from kai_ray.state.dra_status import ClaimWrite, Consumer, allocation_write, release_write
 from kai_ray.values.api import GROUP, VERSION
+from kai_ray.values.dra import DRA_API_VERSION, ResourceClaim
 from kai_ray.values.errors import ObjectRef, UnavailableError
+from kai_ray.values.validation import parse_model
 
 LOG = logging.getLogger("kai_ray.kube")
 Obj = dict[str, Any]
@@ -197,6 +204,11 @@ WATCHED = (
     Kind("RayJob", "ray.io/v1", "rayjobs"),
     # NVIDIA Grove's gangs (its PodCliqueSets are Grove's to turn into PodGangs)
     Kind("PodGang", "scheduler.grove.io/v1alpha1", "podgangs"),
+    # Dynamic Resource Allocation (docs/dra.md); an API server without it answers 404
+    Kind(DEVICE_CLASS, DRA_API_VERSION, "deviceclasses"),
+    Kind(RESOURCE_SLICE, DRA_API_VERSION, "resourceslices"),
+    Kind(RESOURCE_CLAIM, DRA_API_VERSION, "resourceclaims"),
+    Kind(CLAIM_TEMPLATE, DRA_API_VERSION, "resourceclaimtemplates"),
 )
 
 #: (kind, objects) after a full list; (kind, event type, object) for each change.
@@ -234,7 +246,8 @@ class Informer(threading.Thread):
             except ApiError as err:
                 problem = f"{self.kind.plural}: {err.status} {err.reason}"
                 if problem != self.problem and err.status == 404:  # said once
-                    # an optional kind whose CRD is not installed (KubeRay, Grove)
+                    # an optional kind not served here: a CRD not installed (KubeRay,
+                    # Grove), or resource.k8s.io not enabled
                     LOG.info("%s not served here; looking again every 30 s", self.kind.plural)
                 elif problem != self.problem:
                     LOG.warning("listing %s failed: %s", self.kind.plural, problem)
@@ -566,6 +579,113 @@ class KubeWriter:
         except ApiError as err:
             return WriteResult(_outcome(err), f"suspend of {kind} {key}: {err.status}")
         return DONE
+
+    def write_claim(
+        self, namespace: str, name: str, allocation: ClaimAllocation, consumer: Consumer
+    ) -> WriteResult:
+        """The claim allocated as planned (unless it already is) and reserved for the pod."""
+
+        def write(claim: ResourceClaim) -> ClaimWrite | WriteResult:
+            if (claim.metadata.model_extra or {}).get("deletionTimestamp"):
+                what = f"ResourceClaim {namespace}/{name}"
+                return WriteResult(Outcome.PERMANENT, f"{what} is being deleted")
+            planned = _reconciled(claim, allocation)
+            if isinstance(planned, WriteResult):
+                return planned
+            return allocation_write(claim, planned, consumer)
+
+        return self._write_claim(namespace, name, "allocating", write, gone_is_done=False)
+
+    def release_claim(self, namespace: str, name: str, pod_uid: str) -> WriteResult:
+        """The pod out of the claim's `reservedFor`; the claim deallocated when nobody
+        else holds it. A claim that is gone has nothing to release."""
+        return self._write_claim(
+            namespace,
+            name,
+            "releasing",
+            lambda claim: release_write(claim, pod_uid),
+            gone_is_done=True,
+        )
+
+    def _write_claim(
+        self,
+        namespace: str,
+        name: str,
+        doing: str,
+        write_for: Callable[[ResourceClaim], ClaimWrite | WriteResult],
+        gone_is_done: bool,
+    ) -> WriteResult:
+        """Read the claim, work out the write, send it; a conflict (the pods of a gang
+        sharing the claim are bound in parallel) reads the claim again."""
+        what = f"{doing} ResourceClaim {namespace}/{name}"
+        for attempt in range(1, CLAIM_WRITE_ATTEMPTS + 1):
+            try:
+                claim = parse_model(
+                    ResourceClaim, self.rest.call("GET", _claim_path(namespace, name))
+                )
+                write = write_for(claim)
+                if isinstance(write, WriteResult):
+                    return write
+                self._send_claim_write(write)
+            except ApiError as err:
+                if err.status == 404 and gone_is_done:
+                    return DONE
+                if err.status == 409 and attempt < CLAIM_WRITE_ATTEMPTS:
+                    time.sleep(random.uniform(0, CLAIM_CONFLICT_PAUSE_S * attempt))
+                    continue
+                return WriteResult(_outcome(err), f"{what}: {err.status} {err.reason}")
+            except ValueError as err:  # a claim the models refuse, or reserved for too many
+                return WriteResult(Outcome.PERMANENT, f"{what}: {err}")
+            return DONE
+        raise AssertionError("unreachable")
+
+    def _send_claim_write(self, write: ClaimWrite) -> None:
+        """The patches in order, each after the first with the version the last one gave."""
+        version: str | None = None
+        for subresource, body in write.patches():
+            if version:
+                body = {
+                    **body,
+                    "metadata": {**body.get("metadata", {}), "resourceVersion": version},
+                }
+            answer = self.rest.call(
+                "PATCH",
+                _claim_path(write.namespace, write.name, subresource),
+                body=body,
+                content_type=MERGE_PATCH,
+            )
+            version = str((answer.get("metadata") or {}).get("resourceVersion") or "")
+
+
+#: Reads and writes of one claim before a conflict is left to the next cycle: each
+#: conflict means another writer got through, so a gang of 8 sharing a claim fits.
+CLAIM_WRITE_ATTEMPTS = 8
+#: At most this many seconds, times the attempt, between a conflict and the next read.
+CLAIM_CONFLICT_PAUSE_S = 0.02
+
+
+def _claim_path(namespace: str, name: str, subresource: str = "") -> str:
+    sub = f"/{subresource}" if subresource else ""
+    return f"/apis/{DRA_API_VERSION}/namespaces/{namespace}/resourceclaims/{name}{sub}"
+
+
+def _reconciled(claim: ResourceClaim, planned: ClaimAllocation) -> ClaimAllocation | WriteResult:
+    """The planned allocation against the claim as it is now. Allocated meanwhile to
+    the same devices (another pod of the gang was first, or the same plan twice): only
+    reserved. Not allocated (yet, or any longer): allocated with the planned devices,
+    as kube-scheduler writes the allocation its own cache holds. Allocated to other
+    devices: not overwritten; the next cycle plans with what is there."""
+    current = claim.status.allocation
+    if current is None:
+        return replace(planned, new=True)
+    held = {(r.request, r.driver, r.pool, r.device) for r in current.devices.results}
+    wanted = {(d.request, d.ref.driver, d.ref.pool, d.ref.device) for d in planned.devices}
+    if held == wanted:
+        return replace(planned, new=False)
+    claim_key = f"{planned.namespace}/{planned.name}"
+    return WriteResult(
+        Outcome.RETRY, f"ResourceClaim {claim_key} was allocated meanwhile to other devices"
+    )
 
 
 # ------------------------------------------------------------- leader election

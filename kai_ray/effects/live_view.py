@@ -17,7 +17,20 @@ from typing import Any
 
 from kai_ray.effects.kube import WATCHED, read_cluster
 from kai_ray.effects.scheduling_loop import WORKLOAD_KINDS, derived_group_key, pod_group_body
-from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, TOPOLOGY, ClusterCache, object_key
+from kai_ray.state.cache import (
+    CLAIM_TEMPLATE,
+    DEVICE_CLASS,
+    NODE,
+    POD,
+    POD_GROUP,
+    QUEUE,
+    RESOURCE_CLAIM,
+    RESOURCE_SLICE,
+    TOPOLOGY,
+    ClusterCache,
+    object_key,
+)
+from kai_ray.values.dra import DraSettings
 from kai_ray.values.errors import InvalidObjectError
 from kai_ray.workloads.grouping import derive_groups
 from kai_ray.workloads.membership import (
@@ -28,8 +41,23 @@ from kai_ray.workloads.membership import (
 )
 
 Obj = Mapping[str, Any]
-#: The order the cache is fed in: workloads before pods, so a RayJob's pods find it.
-FEED_ORDER = (NODE, QUEUE, TOPOLOGY, POD_GROUP, "Job", "RayCluster", "RayJob", "PodGang", POD)
+#: The order the cache is fed in: workloads before pods, so a RayJob's pods find it;
+#: DRA's kinds before pods too, so a pod's claims are there when it is read.
+FEED_ORDER = (
+    NODE,
+    QUEUE,
+    TOPOLOGY,
+    POD_GROUP,
+    "Job",
+    "RayCluster",
+    "RayJob",
+    "PodGang",
+    DEVICE_CLASS,
+    RESOURCE_SLICE,
+    CLAIM_TEMPLATE,
+    RESOURCE_CLAIM,
+    POD,
+)
 
 
 @dataclass(frozen=True)
@@ -43,14 +71,19 @@ class LiveCluster:
     pictured: frozenset[str]
 
 
-def read_live_cluster(kubeconfig: str | None, scheduler: str) -> LiveCluster:
+def read_live_cluster(
+    kubeconfig: str | None, scheduler: str, dra: DraSettings | None = None
+) -> LiveCluster:
     """Read the cluster once (raises `kube.ClusterReadError` when it cannot)."""
-    return live_cluster(read_cluster(kubeconfig, WATCHED), scheduler)
+    return live_cluster(read_cluster(kubeconfig, WATCHED), scheduler, dra)
 
 
-def live_cluster(objects: Mapping[str, Sequence[Obj]], scheduler: str) -> LiveCluster:
-    """The cache of `objects` (as `read_cluster` returns them). Pure."""
-    cache = ClusterCache(scheduler)
+def live_cluster(
+    objects: Mapping[str, Sequence[Obj]], scheduler: str, dra: DraSettings | None = None
+) -> LiveCluster:
+    """The cache of `objects` (as `read_cluster` returns them), with the operator's
+    DRA settings (`SchedulerConfig.spec.dra`). Pure."""
+    cache = ClusterCache(scheduler, dra=dra)
     for kind in FEED_ORDER:
         listed = objects.get(kind, [])
         if kind == POD:

@@ -92,7 +92,9 @@ class SchedulingLoop:
         self.scheduler = self.config.spec.schedulerName
         self.period = duration_seconds(self.config.spec.cyclePeriod)
         self.lock = threading.RLock()
-        self.cache = ClusterCache(self.scheduler, self.clock.now, options.assume_ttl_s)
+        self.cache = ClusterCache(
+            self.scheduler, self.clock.now, options.assume_ttl_s, dra=self.config.spec.dra
+        )
         self.stop_event = threading.Event()
         self.changed = threading.Event()
         self.backlog = WriteBacklog(

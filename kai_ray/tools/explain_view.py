@@ -37,7 +37,7 @@ def explain_live(
     from kai_ray.effects.live_view import read_live_cluster
 
     config = read_config(config_file)
-    view = read_live_cluster(kubeconfig, config.spec.schedulerName)
+    view = read_live_cluster(kubeconfig, config.spec.schedulerName, config.spec.dra)
 
     def events_of(ns: str, kind: str, obj: str) -> Sequence[Mapping[str, Any]]:
         return object_events(kubeconfig, ns, kind, obj)

@@ -267,7 +267,7 @@ def write_live_snapshot(kubeconfig: str | None, config: Path | None, output: Pat
     from kai_ray.controller import read_config
 
     settings = read_config(config)
-    view = read_live_cluster(kubeconfig, settings.spec.schedulerName)
+    view = read_live_cluster(kubeconfig, settings.spec.schedulerName, settings.spec.dra)
     taken = live_snapshot(view, settings)  # checked as the simulator will load it
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(taken.yaml(kubeconfig or os.environ.get("KUBECONFIG") or "in-cluster"))

@@ -86,6 +86,18 @@ CLUSTER_CALLS: dict[tuple[str, str, str, str], str] = {
     ("ray.io", "rayjobs", "patch", ""): "KubeWriter.set_suspend",
     ("scheduler.grove.io", "podgangs", "list", ""): "Informer",
     ("scheduler.grove.io", "podgangs", "watch", ""): "Informer",
+    ("resource.k8s.io", "deviceclasses", "list", ""): "Informer",
+    ("resource.k8s.io", "deviceclasses", "watch", ""): "Informer",
+    ("resource.k8s.io", "resourceslices", "list", ""): "Informer",
+    ("resource.k8s.io", "resourceslices", "watch", ""): "Informer",
+    ("resource.k8s.io", "resourceclaimtemplates", "list", ""): "Informer",
+    ("resource.k8s.io", "resourceclaimtemplates", "watch", ""): "Informer",
+    ("resource.k8s.io", "resourceclaims", "list", ""): "Informer",
+    ("resource.k8s.io", "resourceclaims", "watch", ""): "Informer",
+    ("resource.k8s.io", "resourceclaims", "get", ""): "KubeWriter._write_claim",
+    ("resource.k8s.io", "resourceclaims", "patch", ""): "KubeWriter.write_claim (finalizer)",
+    ("resource.k8s.io", "resourceclaims/status", "patch", ""): "KubeWriter.write_claim, "
+    "release_claim (allocation, reservedFor)",
     ("apiextensions.k8s.io", "customresourcedefinitions", "list", ""): "kopf's resource scan",
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch", ""): "kopf's resource scan",
 }
@@ -243,6 +255,11 @@ BAD_VALUES = [
         "schedulerConfig.actions[0]=allocat", "/schedulerConfig/actions/0", id="an unknown action"
     ),
     pytest.param("schedulerConfig.cyclePerod=1s", "cyclePerod", id="a misspelt config field"),
+    pytest.param(
+        "schedulerConfig.dra.nvlinkDomainAttribute=cliqueId",
+        "/schedulerConfig/dra/nvlinkDomainAttribute",
+        id="an NVLink domain attribute without its domain",
+    ),
     pytest.param("webhook.certificate.renewBeforeDays=7", "renewBeforeDays", id="renewal too late"),
     pytest.param("imag.tag=x", "imag", id="a misspelt top-level value"),
 ]
