@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -32,6 +33,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kai_ray.decisions.plan import Bind
+from kai_ray.state.dra import DeviceRef
+from kai_ray.state.dra_allocate import ClaimAllocation
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.snapshot import POD_COUNT, Snapshot
 from kai_ray.values.resources import EPSILON, GPU
@@ -94,6 +97,8 @@ class Placement:
     device_fraction: float = 0.0
     #: A bound pod taken off its node (`taken` is then what it gives back, negated).
     removal: bool = False
+    #: DRA devices the placement took (its new claim allocations), or a removal freed.
+    dra_devices: frozenset[DeviceRef] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,11 @@ class Transaction:
         self._domain_free: dict[LevelKey, Matrix] = {}
         self._undo: list[_Undo] = []
         self._committed = 0
+        #: DRA: devices placements took and removals freed, and the claims allocated
+        #: in this transaction by key (so the gang's other pods reuse a shared one).
+        self._claimed: set[DeviceRef] = set()
+        self._freed: set[DeviceRef] = set()
+        self.claim_allocations: dict[str, ClaimAllocation] = {}
         #: Which state the transaction is in: a new number for every placement or
         #: removal, and the number it had back when one is rolled back (rollback
         #: restores exactly), so equal versions mean equal free resources and devices.
@@ -143,6 +153,8 @@ class Transaction:
         for index in placement.bind.gpu_devices:
             self.devices[node, index] -= amount
         self._node_changed(node, -placement.taken)
+        if placement.dra_devices or placement.bind.claims:
+            self._claim(placement, undo=False)
         self.placements.append(placement)
         (self.removed if placement.removal else self.placed)[placement.bind.pod] = placement
 
@@ -151,7 +163,42 @@ class Transaction:
         node = self.snapshot.node_index[pod.node or ""]
         bind = Bind(pod.key, group, pod.node or "", pod.devices, pod.gpu_fraction)
         taken = -held_vector(self.snapshot, pod)
-        self.place(Placement(bind, node, taken, pod.gpu_fraction, removal=True))
+        freed = self._claims_freed(pod) if pod.claims else frozenset()
+        self.place(Placement(bind, node, taken, pod.gpu_fraction, removal=True, dra_devices=freed))
+
+    def dra_taken(self) -> AbstractSet[DeviceRef]:
+        """DRA devices no claim may be given now: those allocated claims hold in the
+        snapshot, less what this transaction's removals freed, plus what its
+        placements took."""
+        return _Taken(self.snapshot.dra.taken, self._freed, self._claimed)
+
+    def _claims_freed(self, pod: PodState) -> frozenset[DeviceRef]:
+        """Devices of the pod's allocated claims that nobody else still uses."""
+        view = self.snapshot.dra
+        freed: set[DeviceRef] = set()
+        for key in pod.claims:
+            claim = view.claims.get(key)
+            if claim is None or claim.status.allocation is None:
+                continue
+            others = [u for u in view.users.get(key, ()) if u != pod.key and u not in self.removed]
+            if not others:
+                results = claim.status.allocation.devices.results
+                freed.update(DeviceRef(r.driver, r.pool, r.device) for r in results)
+        return frozenset(freed)
+
+    def _claim(self, placement: Placement, undo: bool) -> None:
+        """Book (or, undoing, give back) what a placement did to DRA devices."""
+        if placement.removal:
+            (self._freed.difference_update if undo else self._freed.update)(placement.dra_devices)
+            return
+        (self._claimed.difference_update if undo else self._claimed.update)(placement.dra_devices)
+        for claim in placement.bind.claims:
+            if claim.new:
+                key = f"{claim.namespace}/{claim.name}"
+                if undo:
+                    self.claim_allocations.pop(key, None)
+                else:
+                    self.claim_allocations[key] = claim
 
     def rollback(self, mark: int) -> None:
         if mark < self._committed:
@@ -163,6 +210,8 @@ class Transaction:
             self.version = undo.version
             (self.removed if placement.removal else self.placed).pop(placement.bind.pod, None)
             self._node_changed(placement.node, placement.taken)
+            if placement.dra_devices or placement.bind.claims:
+                self._claim(placement, undo=True)
 
     def commit(self) -> None:
         self._committed = len(self.placements)
@@ -208,6 +257,25 @@ class Transaction:
             domain = self.snapshot.topologies[topology].levels[level].node_domain[node]
             if domain >= 0:
                 sums[domain] += delta
+
+
+class _Taken(AbstractSet[DeviceRef]):
+    """(base - freed) | claimed, without copying any of them."""
+
+    def __init__(
+        self, base: AbstractSet[DeviceRef], freed: set[DeviceRef], claimed: set[DeviceRef]
+    ) -> None:
+        self.base, self.freed, self.claimed = base, freed, claimed
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.claimed or (item in self.base and item not in self.freed)
+
+    def __iter__(self) -> Iterator[DeviceRef]:
+        yield from (d for d in self.base if d not in self.freed and d not in self.claimed)
+        yield from self.claimed
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def held_vector(snapshot: Snapshot, pod: PodState) -> Matrix:

@@ -248,6 +248,8 @@ class SchedulingLoop:
     def _reserve(self, bind: Bind) -> None:
         with self.lock:
             self.cache.reserve(bind.pod, bind.node, _devices(bind))
+            if bind.claims:
+                self.cache.assume_claims(bind.pod, bind.claims)
 
     def _bound(self, bind: Bind) -> None:
         with self.lock:

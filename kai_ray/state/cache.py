@@ -22,7 +22,6 @@ Pure: no I/O, no threads; the operator serialises access.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,8 @@ from typing import Any
 
 from cachetools import TTLCache
 
+from kai_ray.state.dra_allocate import ClaimAllocation
+from kai_ray.state.dra_status import allocation_body
 from kai_ray.state.dra_view import EMPTY as EMPTY_DRA
 from kai_ray.state.dra_view import (
     DeviceSide,
@@ -43,7 +44,7 @@ from kai_ray.state.incremental import SnapshotKeeper
 from kai_ray.state.keeping import Changes
 from kai_ray.state.nodes import NodeFacts, NodeReading, read_node, read_nodes
 from kai_ray.state.pod_states import PodState, read_pod
-from kai_ray.state.snapshot import ClusterObjects, Snapshot, _cyclic_gc_paused
+from kai_ray.state.snapshot import ClusterObjects, Snapshot, _cyclic_gc_paused, with_dra
 from kai_ray.values.dra import DraSettings
 from kai_ray.values.errors import InvalidFieldError, InvalidObjectError, Problem
 from kai_ray.values.names import (
@@ -153,6 +154,9 @@ class ClusterCache:
         self._claim_users: dict[str, set[str]] = {}
         self._claim_pods: set[str] = set()
         self._published: tuple[Snapshot, DraView, Snapshot] | None = None
+        #: Claim allocations of binds made or reserved that the watch has not shown
+        #: yet: claim key -> (pod key, allocation), read as allocated meanwhile.
+        self._claims_assumed: dict[str, tuple[str, ClaimAllocation]] = {}
 
     # ------------------------------------------------------------- feeding
 
@@ -177,7 +181,7 @@ class ClusterCache:
         elif kind == NODE:
             self._node_changed(key, obj)
         elif kind in DRA_KINDS:
-            self._dra_changed(kind, key)
+            self._dra_changed(kind, key, obj)
         self._note(kind, key)
         self._objects[kind][key] = obj
         if kind == POD:
@@ -259,10 +263,12 @@ class ClusterCache:
                 del self._claim_users[claim]
         self._dra_view = None
 
-    def _dra_changed(self, kind: str, key: str) -> None:
+    def _dra_changed(self, kind: str, key: str, obj: Obj | None = None) -> None:
         """A DRA object changed: the view again, and the pods it may change."""
         self._dra_view = None
         if kind == RESOURCE_CLAIM:
+            if obj is None or ((obj.get("status") or {}).get("allocation")):
+                self._claims_assumed.pop(key, None)  # the watch caught up (or it is gone)
             for user in self._claim_users.get(key, ()):
                 self._pod_changed(user)
             return
@@ -382,8 +388,26 @@ class ClusterCache:
         self._pod_changed(key)
         self._index(key)
 
+    def assume_claims(self, key: str, claims: Sequence[ClaimAllocation]) -> None:
+        """The pod's bind allocates these claims: read them as allocated until the
+        watch shows them so, or the pod's assumption ends (`forget_assumed`, expiry)."""
+        for claim in claims:
+            if claim.new:
+                claim_key = f"{claim.namespace}/{claim.name}"
+                self._claims_assumed[claim_key] = (key, claim)
+                self._dra_view = None
+                for user in self._claim_users.get(claim_key, ()):
+                    self._pod_changed(user)
+
+    def _forget_claims(self, key: str) -> None:
+        for claim in [c for c, (pod, _) in self._claims_assumed.items() if pod == key]:
+            del self._claims_assumed[claim]
+            self._dra_changed(RESOURCE_CLAIM, claim)
+
     def forget_assumed(self, key: str) -> None:
         """A bind failed: the pod is read as it was stored."""
+        if self._claims_assumed:
+            self._forget_claims(key)
         if key in self._assumed_keys:
             self._unindex(key)
             self._assumed.pop(key, None)
@@ -401,6 +425,8 @@ class ClusterCache:
             self._assumed_keys.discard(key)
             self._pod_changed(key)
             self._index(key)
+            if self._claims_assumed:
+                self._forget_claims(key)
 
     # ------------------------------------------------------------- reading
 
@@ -462,7 +488,7 @@ class ClusterCache:
             return snapshot
         published = self._published
         if published is None or published[0] is not snapshot or published[1] is not view:
-            published = (snapshot, view, dataclasses.replace(snapshot, dra=view))
+            published = (snapshot, view, with_dra(snapshot, view))
             self._published = published
         return published[2]
 
@@ -484,9 +510,10 @@ class ClusterCache:
                 settings=self.dra_settings,
             )
         users = {claim: tuple(sorted(keys)) for claim, keys in self._claim_users.items()}
+        claims = self._objects[RESOURCE_CLAIM]
         return build_dra_view(
             self._device_side,
-            claims=self._objects[RESOURCE_CLAIM].values(),
+            claims=[_assumed_claim(o, self._claims_assumed.get(k)) for k, o in claims.items()],
             templates=self._objects[CLAIM_TEMPLATE].values(),
             users=users,
             settings=self.dra_settings,
@@ -693,6 +720,14 @@ def _leaving(pod: Obj) -> bool:
 
 def _finished(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _assumed_claim(claim: Obj, assumed: tuple[str, ClaimAllocation] | None) -> Obj:
+    """The claim as read while a bind's allocation of it is not on the watch yet."""
+    if assumed is None:
+        return claim
+    status = {**(claim.get("status") or {}), "allocation": allocation_body(assumed[1])}
+    return {**claim, "status": status}
 
 
 def _claim_entries(pod: Obj | None) -> tuple[PodClaim, ...]:

@@ -85,17 +85,18 @@ def allocate(
 ) -> Allocation | Unallocatable:
     """Devices for all `claims` on `node`, none of them in `taken`, or why not."""
     done: list[ClaimAllocation] = []
-    busy = set(taken)
+    mine: set[DeviceRef] = set()
+    busy = Layered(taken, mine)
     seen: set[tuple[str, str]] = set()
     for claim in claims:
         key = (claim.metadata.namespace or "", claim.metadata.name)
         if key in seen:
             continue
         seen.add(key)
-        result = _allocate_claim(claim, node, inventory, frozenset(busy))
+        result = _allocate_claim(claim, node, inventory, busy)
         if isinstance(result, Unallocatable):
             return result
-        busy.update(d.ref for d in result.devices)
+        mine.update(d.ref for d in result.devices)
         done.append(result)
     return Allocation(node, tuple(done))
 
@@ -106,7 +107,7 @@ def claim_name(claim: ResourceClaim) -> str:
 
 
 def _allocate_claim(
-    claim: ResourceClaim, node: str, inventory: Inventory, taken: frozenset[DeviceRef]
+    claim: ResourceClaim, node: str, inventory: Inventory, taken: AbstractSet[DeviceRef]
 ) -> ClaimAllocation | Unallocatable:
     namespace, name = claim.metadata.namespace or "", claim.metadata.name
     allocated = claim.status.allocation
@@ -128,6 +129,24 @@ def _allocate_claim(
         return Unallocatable(search.why_not())
     devices = tuple(DeviceResult(request, d.ref) for request, d in chosen)
     return ClaimAllocation(namespace, name, devices, _node_selector([d for _, d in chosen], node))
+
+
+class Layered(AbstractSet[DeviceRef]):
+    """`base` and `extra` as one set, without copying either (membership is all the
+    search asks of it; iterating walks both, `base` first)."""
+
+    def __init__(self, base: AbstractSet[DeviceRef], extra: AbstractSet[DeviceRef]) -> None:
+        self.base, self.extra = base, extra
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.extra or item in self.base
+
+    def __iter__(self) -> Iterator[DeviceRef]:
+        yield from self.base
+        yield from (d for d in self.extra if d not in self.base)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class _Abort(Exception):
@@ -153,7 +172,7 @@ class _Search:
     """The depth-first search for one claim."""
 
     def __init__(
-        self, claim: ResourceClaim, node: str, inventory: Inventory, taken: frozenset[DeviceRef]
+        self, claim: ResourceClaim, node: str, inventory: Inventory, taken: AbstractSet[DeviceRef]
     ) -> None:
         self.claim, self.node, self.inventory, self.taken = claim, node, inventory, taken
         self.constraints = claim.spec.devices.constraints
@@ -376,3 +395,32 @@ def class_members(devices: Sequence[InventoryDevice], device_class: DeviceClass)
         except _Abort:
             continue
     return count
+
+
+def could_serve(claims: Sequence[ResourceClaim], node: str, inventory: Inventory) -> bool:
+    """Whether `node` reaches enough devices for every request of every claim when
+    nothing is taken (counts, classes, selectors, tolerations; not the constraints,
+    which need the search): the filter before `allocate`. A claim already allocated
+    must be usable from the node. A malformed selector serves nowhere."""
+    for claim in claims:
+        allocated = claim.status.allocation
+        if allocated is not None:
+            where = allocated.nodeSelector
+            if where is not None and not where.matches(node, inventory.labels_of(node)):
+                return False
+            continue
+        try:
+            search = _Search(claim, node, inventory, frozenset())
+        except _Abort:
+            return False
+        for alternatives in search.requests:
+            if not any(_enough(a) for a in alternatives):
+                return False
+    return True
+
+
+def _enough(alternative: _Alternative) -> bool:
+    request = alternative.request
+    if request.allocationMode == "All":
+        return bool(alternative.matching)
+    return len(alternative.matching) >= request.device_count

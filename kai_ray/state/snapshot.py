@@ -177,7 +177,12 @@ def _build(objects: ClusterObjects, scheduler_name: str) -> Snapshot:
     nodes = [with_devices(node, view) for node in node_reading.nodes]
     pods = [with_claims(pod, view) for pod in pod_reading.pods]
     snapshot = assemble_snapshot(objects, nodes, pods, problems, scheduler_name)
-    return dataclasses.replace(snapshot, dra=view)
+    return with_dra(snapshot, view)
+
+
+def with_dra(snapshot: Snapshot, view: DraView) -> Snapshot:
+    """The snapshot with its DRA view, whose problems join the snapshot's."""
+    return dataclasses.replace(snapshot, dra=view, problems=(*snapshot.problems, *view.problems))
 
 
 def dra_view_of(

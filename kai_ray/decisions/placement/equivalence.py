@@ -22,6 +22,7 @@ import dataclasses
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
+from kai_ray.decisions.placement.claims import claims_signature
 from kai_ray.decisions.placement.inter_pod import in_play
 from kai_ray.decisions.placement.reasons import Code, Failure
 from kai_ray.decisions.transaction import MemoKey, Transaction
@@ -60,6 +61,8 @@ def signature(tx: Transaction, group: PodGroupState) -> Hashable | None:
     if any(pod.node is not None or pod.key in tx.placed for pod in live):
         return None
     pods = tuple(_pod_signature(pod) for pod in live)
+    if any(pod.claim_entries for pod in live):
+        pods += tuple(claims_signature(tx, pod) for pod in live)
     if in_play(tx):
         pods += tuple(_inter_pod_signature(pod) for pod in live)
     done = len(group.succeeded)

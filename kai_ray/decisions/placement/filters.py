@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kai_ray.decisions.placement.claims import claims_mask, claims_signature
 from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.state.nodes import Taint
 from kai_ray.state.pod_states import PodState
@@ -47,13 +48,21 @@ def signature(pod: PodState) -> tuple[Any, ...]:
 
 def static_mask(tx: Transaction, pod: PodState) -> Flags:
     """Nodes that pass every filter but resources, for pods with this signature."""
-    return tx.memo.get(STATIC_MASK, signature(pod), lambda: _static_mask(tx, pod))
+    key = _key(tx, pod)
+    return tx.memo.get(STATIC_MASK, key, lambda: _static_mask(tx, pod))
 
 
 def static_nodes(tx: Transaction, pod: PodState) -> Indices:
     """`static_mask` as sorted node indices."""
     build = lambda: np.flatnonzero(static_mask(tx, pod)).astype(np.intp)  # noqa: E731
-    return tx.memo.get(STATIC_NODES, signature(pod), build)
+    return tx.memo.get(STATIC_NODES, _key(tx, pod), build)
+
+
+def _key(tx: Transaction, pod: PodState) -> tuple[Any, ...]:
+    """The filter signature, with the DRA claims' for a pod that has claims."""
+    if not pod.claim_entries:
+        return signature(pod)
+    return (*signature(pod), claims_signature(tx, pod))
 
 
 def _static_mask(tx: Transaction, pod: PodState) -> Flags:
@@ -61,6 +70,8 @@ def _static_mask(tx: Transaction, pod: PodState) -> Flags:
     mask &= selector_mask(tx, pod.node_selector)
     mask &= affinity_mask(tx, pod.node_affinity)
     mask &= ~untolerated_mask(tx, pod.tolerations)
+    if pod.claim_entries:
+        mask &= claims_mask(tx, pod)
     mask.setflags(write=False)
     return mask
 
@@ -191,6 +202,14 @@ def static_rejections(tx: Transaction, pod: PodState, within: Flags) -> Counter[
         for taint, carriers in taint_masks(tx)
         if not tolerated(taint, pod.tolerations)
     ]
+    if pod.claim_entries:
+        stages.append(
+            (
+                "cannot reach the devices its ResourceClaims ask for|cannot reach the devices "
+                "its ResourceClaims ask for",
+                ~claims_mask(tx, pod),
+            )
+        )
     for reason, rejected in stages:
         hit = left & rejected
         counts[reason] += int(np.count_nonzero(hit))

@@ -22,6 +22,7 @@ import numpy.typing as npt
 from kai_ray.decisions.placement import domains
 from kai_ray.decisions.placement.backend import PlacementBackend
 from kai_ray.decisions.placement.backend_choice import backend_for
+from kai_ray.decisions.placement.claims import allocation_on, claims_reason, claims_signature
 from kai_ray.decisions.placement.domains import Kind, Scope
 from kai_ray.decisions.placement.filters import static_nodes
 from kai_ray.decisions.placement.fit import choose_devices, choose_node
@@ -35,6 +36,7 @@ from kai_ray.decisions.placement.reasons import Code, Failure, explain_pod
 from kai_ray.decisions.placement.shapes import NodeSet, PodShape, shape_of
 from kai_ray.decisions.plan import Bind
 from kai_ray.decisions.transaction import Placement, Transaction
+from kai_ray.state.dra_allocate import Allocation, ClaimAllocation, Unallocatable
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
 from kai_ray.values.api import TopologyConstraint
@@ -184,10 +186,48 @@ def _place_each(ctx: Context, pods: list[PodState], node_set: NodeSet) -> Failur
             node = choose_node(
                 ctx.tx, shape, preferred_nodes(ctx.tx, pod, shape, nodes), ctx.config
             )
+        claims: tuple[ClaimAllocation, ...] = ()
+        if node is not None and pod.claim_entries:
+            served = _with_claims(ctx, pod, shape, nodes, node)
+            if isinstance(served, Unallocatable):
+                return Failure(text=f"pod {pod.key}: {served.reason}")
+            node, claims = served
         if node is None:
             return Failure(pod=pod, node_set=node_set, count=_same_kind(pods, pod))
-        place_on(ctx, pod, node)
+        place_on(ctx, pod, node, claims)
     return None
+
+
+#: Nodes tried one by one for a pod's DRA claims before every candidate is checked.
+CLAIM_TRIES = 8
+
+
+def _with_claims(
+    ctx: Context, pod: PodState, shape: PodShape, nodes: Indices, node: int
+) -> tuple[int, tuple[ClaimAllocation, ...]] | Unallocatable:
+    """The node the strategy chose, or its next choices, on which the pod's claims
+    get devices; after `CLAIM_TRIES` refusals, the best of the candidates left on
+    which they do. When no candidate serves them: why not on the first choice."""
+    tx = ctx.tx
+    tried: list[int] = []
+    choice: int | None = node
+    first: Unallocatable | None = None
+    while choice is not None:
+        result = allocation_on(tx, pod, choice)
+        if isinstance(result, Allocation):
+            return choice, result.claims
+        first = first or result
+        tried.append(choice)
+        left = np.setdiff1d(nodes, np.array(tried, dtype=np.intp), assume_unique=True)
+        if len(tried) >= CLAIM_TRIES:
+            served = {
+                n: r for n in left if isinstance(r := allocation_on(tx, pod, int(n)), Allocation)
+            }
+            left = np.array(sorted(served), dtype=np.intp)
+            choice = choose_node(tx, shape, preferred_nodes(tx, pod, shape, left), ctx.config)
+            return first if choice is None else (choice, served[choice].claims)
+        choice = choose_node(tx, shape, preferred_nodes(tx, pod, shape, left), ctx.config)
+    return first or Unallocatable("no node serves its ResourceClaims")
 
 
 def _nominated_node(ctx: Context, shape: PodShape, nodes: Indices) -> int | None:
@@ -204,13 +244,17 @@ def _nominated_node(ctx: Context, shape: PodShape, nodes: Indices) -> int | None
     return choose_node(ctx.tx, shape, candidates, ctx.config) if candidates.size else None
 
 
-def place_on(ctx: Context, pod: PodState, node: int) -> None:
+def place_on(
+    ctx: Context, pod: PodState, node: int, claims: tuple[ClaimAllocation, ...] = ()
+) -> None:
     tx = ctx.tx
     shape = shape_of(tx, pod)
     devices = choose_devices(tx, shape, node, ctx.config)
     fraction = float(shape.fraction[node]) if shape.shares_gpu else 0.0
-    bind = Bind(pod.key, ctx.group.key, tx.snapshot.node_names[node], devices, fraction)
-    tx.place(Placement(bind, node, shape.taken(node, tx.snapshot.column(GPU)), fraction))
+    bind = Bind(pod.key, ctx.group.key, tx.snapshot.node_names[node], devices, fraction, claims)
+    took = frozenset(d.ref for c in claims if c.new for d in c.devices)
+    taken = shape.taken(node, tx.snapshot.column(GPU))
+    tx.place(Placement(bind, node, taken, fraction, dra_devices=took))
 
 
 def _size(pod: PodState) -> tuple[float, float, float]:
@@ -225,7 +269,7 @@ def _allowed(
     ctx: Context, pod: PodState, node_set: NodeSet, cache: dict[object, Indices]
 ) -> Indices:
     """Nodes of `node_set` that pass the pod's static filters (once per signature per call)."""
-    key = (pod.node_selector, pod.node_affinity, pod.tolerations)
+    key = (pod.node_selector, pod.node_affinity, pod.tolerations, claims_signature(ctx.tx, pod))
     if key not in cache:
         static = static_nodes(ctx.tx, pod)
         whole = len(node_set.nodes) == len(ctx.tx.snapshot.node_names)
@@ -237,7 +281,14 @@ def kinds_of(ctx: Context, pods: list[PodState], allowed: NodeSet) -> list[Kind]
     """Pods grouped by shape and filter signature, each with the nodes it may use."""
     counts: dict[object, tuple[PodState, int]] = {}
     for pod in pods:
-        key = (pod.requests, pod.gpu_share, pod.node_selector, pod.node_affinity, pod.tolerations)
+        key = (
+            pod.requests,
+            pod.gpu_share,
+            pod.node_selector,
+            pod.node_affinity,
+            pod.tolerations,
+            claims_signature(ctx.tx, pod),
+        )
         first, count = counts.get(key, (pod, 0))
         counts[key] = (first, count + 1)
     cache: dict[object, Indices] = {}
@@ -251,6 +302,8 @@ def explain(ctx: Context, failure: Failure) -> str:
     """The failure for a person, measured on the transaction's current state."""
 
     def pod_reason(pod: PodState, node_set: NodeSet, count: int) -> str:
+        if pod.claim_wait:
+            return claims_reason(ctx.tx, pod)
         static = _allowed(ctx, pod, node_set, {})
         allowed = required_nodes(ctx.tx, pod, static)
         refused = rejections(ctx.tx, pod, static)
