@@ -8,9 +8,11 @@ parts a cluster would: the workload controllers create pods (through
 `kai_ray.workloads.expected_pods`) and create them again, pending, when they are evicted
 or fail; binds take effect at once (pods run as kwok makes them run); a job runs
 `duration` from the moment its whole gang is bound, and starts over when it loses
-its gang; finished workloads release their pods. After each cycle that changed
-something, `BindingLedger` checks the invariants. Nothing in the cycle knows it
-is simulated. Same input, same output. No I/O.
+its gang; finished workloads release their pods. It plays the resource claim
+controller too (`kai_ray.sim.claims`): claims from templates when pods are made,
+released and deleted when they go. After each cycle that changed something,
+`BindingLedger` checks the invariants. Nothing in the cycle knows it is
+simulated. Same input, same output. No I/O.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import functools
 import gc
 import heapq
 import math
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,12 +37,14 @@ from kai_ray.decisions.usage import UsageState
 from kai_ray.effects.binder import Binder
 from kai_ray.effects.reporting import merge_condition
 from kai_ray.sim.accounting import Amounts, QueueAccounting, add_into
+from kai_ray.sim.claims import ClaimController, device_names
 from kai_ray.sim.events import ClusterEvent
-from kai_ray.sim.invariants import BindingLedger, Holding
+from kai_ray.sim.invariants import BindingLedger, Holding, InvariantViolation
 from kai_ray.sim.loader import SimInput, explicit_ref, termination_grace
 from kai_ray.sim.records import BindingRecord, JobRecord, QueueSample
 from kai_ray.sim.writer import SimWriter
 from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, TOPOLOGY, ClusterCache
+from kai_ray.state.dra_status import Consumer
 from kai_ray.state.snapshot import ClusterObjects, Snapshot
 from kai_ray.values.api import PodGroup, Queue
 from kai_ray.values.clock import SIM_EPOCH_S, VirtualClock, rfc3339
@@ -99,9 +104,15 @@ class Simulation:
         self.accounting = QueueAccounting({n: q.spec.parentQueue for n, q in self.queues.items()})
         self.ledger = BindingLedger(self.nodes, sim.topologies)
         #: The one cluster state the operator also keeps, fed with every change.
-        self.cache = ClusterCache(sim.config.spec.schedulerName)
+        self.cache = ClusterCache(sim.config.spec.schedulerName, dra=sim.config.spec.dra)
         self.binder = Binder(SimWriter(self))
         self.cycles = 0
+        #: The ResourceClaims, kept as the API server and the resource claim controller would.
+        self.claims = ClaimController(
+            sim.dra, self.cache, sim.config.spec.dra, cycle=lambda: self.cycles
+        )
+        #: How many times each pod key was created: a pod made again is a new pod (new uid).
+        self._incarnations: dict[str, int] = {}
         #: Decayed queue usage, carried from cycle to cycle as the operator persists it.
         self.usage: UsageState | None = None
         #: Quotas over-committed (the Queue's QuotaOverCommitted warning), each with
@@ -115,6 +126,7 @@ class Simulation:
         self._live: dict[str, _Job] = {}
         self._holdings: dict[str, Holding] = {}
         self._feed_cluster()
+        self.ledger.add_labels(self.cache.dra_view().node_labels)
         self._events: list[_Event] = []
         self._seq = 0
         self._cycle_at: float | None = None
@@ -197,6 +209,7 @@ class Simulation:
         job.group["metadata"]["creationTimestamp"] = stamp
         for pod in job.pods:
             pod.setdefault("metadata", {})["creationTimestamp"] = stamp
+            self._created(pod)
             self.pods[pod_key(pod)] = pod
             self.cache.upsert(pod, POD)
             if pod_node(pod) is not None:  # bound by another scheduler already
@@ -215,6 +228,7 @@ class Simulation:
         job.record.reason = None
         for pod in job.pods:
             self._release(pod_key(pod), now, "completed")
+            self.claims.pod_gone(pod)
             self._forget_pod(pod_key(pod))
             pod.setdefault("status", {})["phase"] = "Succeeded"
         del self._live[group_key]
@@ -243,13 +257,28 @@ class Simulation:
         if pod is not None:
             pod["metadata"].pop("deletionTimestamp", None)
         self._release(key, now, reason)
+        if pod is not None:
+            self.claims.pod_gone(pod)
         if pod is None or pod["spec"].get("schedulerName") not in (None, self._scheduler):
             return
         pod["spec"].pop("nodeName", None)
         pod["metadata"].get("annotations", {}).pop(GPU_DEVICES_ANNOTATION, None)
         pod["metadata"]["creationTimestamp"] = _timestamp(now)
         pod.setdefault("status", {})["phase"] = "Pending"
+        self._created(pod)
         self.cache.upsert(pod, POD)
+
+    def _created(self, pod: dict[str, Any]) -> None:
+        """A pod is made (or made again): a uid of its own, and the claims of its templates."""
+        self._give_uid(pod)
+        self.claims.pod_created(pod)
+
+    def _give_uid(self, pod: dict[str, Any]) -> None:
+        key = pod_key(pod)
+        count = self._incarnations[key] = self._incarnations.get(key, 0) + 1
+        meta = pod.setdefault("metadata", {})
+        if count > 1 or not meta.get("uid"):
+            meta["uid"] = str(uuid.uuid5(_UID_NAMESPACE, f"{key}#{count}"))
 
     @property
     def _scheduler(self) -> str:
@@ -286,13 +315,18 @@ class Simulation:
 
     def _bind(self, bind: Bind, now: float) -> None:
         pod = self.pods[bind.pod]
+        claims = self.claims.pod_claim_keys(pod)
+        self._check_claims_reach(bind, claims)
         pod.setdefault("spec", {})["nodeName"] = bind.node
         if bind.gpu_devices:
             devices = ",".join(str(d) for d in bind.gpu_devices)
             pod["metadata"].setdefault("annotations", {})[GPU_DEVICES_ANNOTATION] = devices
         pod.setdefault("status", {}).update(phase="Running", startTime=_timestamp(now))
         self.cache.upsert(pod, POD)
+        # A claim's devices count with the pod whose bind allocated it (a shared claim once).
+        allocated = [f"{c.namespace}/{c.name}" for c in bind.claims if c.new]
         requests = pod_requests(pod) + {GPU: bind.gpu_fraction}
+        requests = requests + self.claims.resources(k for k in allocated if k in claims)
         self.bindings[bind.pod] = BindingRecord(
             name=pod["metadata"]["name"],
             namespace=pod["metadata"].get("namespace") or "default",
@@ -301,9 +335,34 @@ class Simulation:
             requests=requests,
             gpu_devices=list(bind.gpu_devices),
             bound_s=now,
+            claims=[
+                {"name": key, "devices": device_names(self.claims.claims[key])} for key in claims
+            ],
         )
         holding = Holding(bind.node, pod_requests(pod), bind.gpu_devices, bind.gpu_fraction)
         self._hold(bind.pod, holding)
+
+    def _check_claims_reach(self, bind: Bind, claims: Iterable[str]) -> None:
+        """Invariant: every claim of a pod bound to a node is allocated, to devices the
+        node can use."""
+        node = next((n for n in self.nodes if n["metadata"]["name"] == bind.node), None)
+        labels = dict((node or {}).get("metadata", {}).get("labels") or {})
+        for key in claims:
+            raw = self.claims.claims[key]
+            if not (raw.get("status") or {}).get("allocation"):
+                rule = f"bound to {bind.node} with ResourceClaim {key} not allocated"
+                raise InvariantViolation(self.cycles, f"Pod {bind.pod}", rule)
+            selector = self.claims.node_selector(key)
+            if selector is not None and not selector.matches(bind.node, labels):
+                rule = f"bound to {bind.node}, which cannot use the devices of ResourceClaim {key}"
+                raise InvariantViolation(self.cycles, f"Pod {bind.pod}", rule)
+
+    def _write_claims(self, bind: Bind) -> None:
+        """The claim writes the binder makes before a bind, for a bind applied later."""
+        pod = self.pods[bind.pod]
+        consumer = Consumer(pod["metadata"]["name"], str(pod["metadata"].get("uid") or ""))
+        for claim in bind.claims:
+            self.claims.write(claim.namespace, claim.name, claim, consumer)
 
     def _hold(self, key: str, holding: Holding) -> None:
         self._holdings[key] = holding
@@ -354,12 +413,18 @@ class Simulation:
     def _account(self, job: _Job) -> None:
         allocated: Amounts = {}
         requested: Amounts = {}
+        counted: set[str] = set()  # a claim the pods share counts once
         for pod in job.pods:
             binding = self.bindings.get(pod_key(pod))
-            amounts = binding.requests if binding is not None else _pending_requests(pod)
-            add_into(requested, amounts)
+            claims = [k for k in self.claims.pod_claim_keys(pod) if k not in counted]
+            counted.update(claims)
             if binding is not None:
-                add_into(allocated, amounts)
+                add_into(requested, binding.requests)
+                add_into(allocated, binding.requests)
+                continue
+            pending = [k for k in claims if not self.claims.is_allocated(k)]
+            add_into(requested, _pending_requests(pod))
+            add_into(requested, dict(self.claims.resources(pending).items()))
         self.accounting.set_job(job.group_key, job.record.queue, allocated, requested)
 
     # ------------------------------------------------------- cluster events
@@ -379,6 +444,7 @@ class Simulation:
         for topology in self.sim.topologies:
             self.cache.upsert(topology.model_dump(mode="json", exclude_none=True), TOPOLOGY)
         for pod in self.sim.held_pods:
+            self._give_uid(pod)  # its claims are read as given: it is bound already
             self.cache.upsert(pod, POD)
             self._hold(pod_key(pod), Holding(str(pod_node(pod)), pod_requests(pod)))
 
@@ -456,14 +522,25 @@ class Simulation:
         for bind in plan.binds:
             by_group.setdefault(bind.group, []).append(bind)
         now: list[Bind] = []
+        claimed = self._devices_of_going(plan.evictions)
         for group, binds in by_group.items():
             adding = [*taken, *map(self._holding_of, binds)]
-            if self.ledger.fits(adding, freed) or not going & {b.node for b in binds}:
+            devices_free = not claimed & _new_devices(binds)
+            if devices_free and (
+                self.ledger.fits(adding, freed) or not going & {b.node for b in binds}
+            ):
                 now.extend(binds)
                 taken = adding
             else:
                 self.pipelined[group] = binds
         return dataclasses.replace(plan, binds=now)
+
+    def _devices_of_going(self, evictions: Iterable[Evict]) -> set[Any]:
+        """Devices still held by claims of pods that are going (within their grace, or
+        evicted now with a grace): they are free only once those pods are gone."""
+        keys = set(self.going) | {e.pod for e in evictions if not self._freed_at_once(e)}
+        uids = {str(self.pods[k]["metadata"].get("uid")) for k in keys if k in self.pods}
+        return self.claims.devices_reserved_by(uids) if uids else set()
 
     def _freed_at_once(self, evict: Evict) -> bool:
         job = self.jobs.get(evict.group)
@@ -482,8 +559,11 @@ class Simulation:
             live = [b for b in binds if b.pod in self.pods and b.pod not in self.bindings]
             if len(live) < len(binds) or not self.ledger.fits([self._holding_of(b) for b in live]):
                 continue
+            if self._devices_of_going(()) & _new_devices(live):
+                continue
             del self.pipelined[group]
             for bind in live:
+                self._write_claims(bind)
                 self._bind(bind, now)
             if group in self.jobs:
                 bound.append(self.jobs[group])
@@ -520,6 +600,15 @@ def _long_lived_heap() -> Iterator[None]:
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
+
+
+#: Pod uids are UUIDs derived from the pod's key and how many times it was made.
+_UID_NAMESPACE = uuid.UUID("6b2e4f0a-3c1d-5e8f-9a7b-2c4d6e8f0a1b")
+
+
+def _new_devices(binds: Iterable[Bind]) -> set[Any]:
+    """The devices these binds' claims allocate that were free."""
+    return {d.ref for b in binds for c in b.claims if c.new for d in c.devices}
 
 
 def _pending_requests(pod: Mapping[str, Any]) -> Amounts:

@@ -125,6 +125,14 @@ class BindingLedger:
         self._topologies = {t.metadata.name: t for t in topologies}
         self._touched: set[str] = set()
 
+    def add_labels(self, labels: Mapping[str, Mapping[str, str]]) -> None:
+        """Labels nodes get from elsewhere than their object (the NVLink domain their DRA
+        devices name), so that a required level naming them is checked too."""
+        for name, extra in labels.items():
+            if name in self._nodes:
+                account = self._nodes[name]
+                account.labels = {**account.labels, **extra}
+
     def hold(self, holding: Holding) -> None:
         self._change(holding, +1.0)
 

@@ -14,8 +14,17 @@ from typing import Any
 
 import yaml
 
+from kai_ray.sim.dra_input import (
+    DraObjects,
+    add_published,
+    check_dra_references,
+    check_pod_claims,
+    is_dra_kind,
+    pod_claim_refs,
+    read_dra_object,
+)
 from kai_ray.sim.events import ClusterEvent, check_events
-from kai_ray.sim.nodepool import SIM_API_VERSION, NodePool, expand
+from kai_ray.sim.nodepool import SIM_API_VERSION, NodePool, device_classes, expand, resource_slices
 from kai_ray.sim.references import check_references
 from kai_ray.values.api import API_VERSION, PodGroup, Queue, Topology
 from kai_ray.values.config import CONFIG_API_VERSION, SchedulerConfig, duration_seconds
@@ -80,6 +89,9 @@ class SimInput:
     events: list[ClusterEvent] = field(default_factory=list)
     #: Pods the simulator does not play, bound for the whole run (`HELD_ANNOTATION`).
     held_pods: list[dict[str, Any]] = field(default_factory=list)
+    #: DeviceClasses, ResourceSlices, ResourceClaims and ResourceClaimTemplates, those
+    #: NodePools publish included.
+    dra: DraObjects = field(default_factory=DraObjects)
     #: Which file each object came from, by (kind, namespace, name).
     sources: dict[tuple[str, str | None, str], str] = field(default_factory=dict)
 
@@ -182,7 +194,11 @@ def _read_document(doc: Document, sim: SimInput) -> None:
     if (api_version, kind) == ("v1", "Node"):
         sim.nodes.append(_check_node(doc))
     elif (api_version, kind) == (SIM_API_VERSION, "NodePool"):
-        sim.nodes.extend(expand(parse_model(NodePool, doc.raw, doc.source)))
+        pool = parse_model(NodePool, doc.raw, doc.source)
+        sim.nodes.extend(expand(pool))
+        add_published(sim.dra, resource_slices(pool), device_classes(pool))
+    elif is_dra_kind(api_version, kind):
+        read_dra_object(doc.raw, doc.source, sim.dra)
     elif (api_version, kind) == (SIM_API_VERSION, "ClusterEvent"):
         sim.events.append(parse_model(ClusterEvent, doc.raw, doc.source))
     elif (api_version, kind) == (API_VERSION, "Queue"):
@@ -208,19 +224,22 @@ def _read_document(doc: Document, sim: SimInput) -> None:
         sim.workloads.append(Workload(doc.raw, doc.ref, groups, pods, *times))
     else:
         known = "Node, NodePool, Queue, Topology, PodGroup, Pod, Job, RayCluster, RayJob, "
-        known += "PodCliqueSet, SchedulerConfig, ClusterEvent"
+        known += "PodCliqueSet, SchedulerConfig, ClusterEvent, DeviceClass, ResourceSlice, "
+        known += "ResourceClaim, ResourceClaimTemplate"
         raise InvalidObjectError(
             [Problem(doc.ref, "apiVersion/kind", f"{api_version}/{kind} is not one of {known}")]
         )
 
 
 def check_pod(pod: Mapping[str, Any], ref: ObjectRef, prefix: str = "") -> None:
-    """The pod's requests and GPU share can be read; else a problem on `ref`."""
+    """The pod's requests, GPU share and resource claims can be read; else a problem on
+    `ref`."""
     try:
         pod_requests(pod)
         gpu_share(pod)
     except InvalidFieldError as err:
         raise InvalidObjectError([Problem(ref, prefix + err.field, err.message)]) from None
+    pod_claim_refs(pod, ref, prefix)
 
 
 def _checked_pods(doc: Document, group: WorkloadGroup) -> tuple[dict[str, Any], ...]:
@@ -279,11 +298,26 @@ def load_documents(documents: Iterable[Document]) -> SimInput:
     try:
         check_references(sim)
         _check_held_nodes(sim)
+        check_dra_references(sim.dra, {str(node["metadata"]["name"]) for node in sim.nodes})
+        check_pod_claims(sim.dra, _all_pods(sim))
         event_sources = {k[2]: v for k, v in sim.sources.items() if k[0] == "ClusterEvent"}
         check_events(sim.events, sim.nodes, sim.queues, event_sources)
     except InvalidObjectError as err:
         raise InvalidObjectError([_with_source(p, sim.sources) for p in err.problems]) from None
     return sim
+
+
+def _all_pods(sim: SimInput) -> Iterator[tuple[Mapping[str, Any], ObjectRef, str]]:
+    """Every pod of the input with who to blame and the prefix of its fields."""
+    for workload in sim.workloads:
+        for group_pods in workload.pods:
+            for pod in group_pods:
+                name = (pod.get("metadata") or {}).get("name")
+                yield pod, workload.ref, f"pod {name} from the template: "
+    for doc in sim.member_pods:
+        yield doc.raw, doc.ref, ""
+    for pod in sim.held_pods:
+        yield pod, object_ref(pod), ""
 
 
 def _with_source(problem: Problem, sources: Mapping[tuple[str, str | None, str], str]) -> Problem:

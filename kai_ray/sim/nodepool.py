@@ -4,19 +4,35 @@
 topology domains. Each level of `spec.topology` gives the number of domains
 under each domain of the wider level; a node's label value for a level is
 `<last segment of the label>-<index within the parent>` joined to the wider
-levels' values with `-` (`block-0`, then `block-0-rack-3`). Pure: no I/O.
+levels' values with `-` (`block-0`, then `block-0-rack-3`).
+
+With `spec.dra`, the pool also publishes what a DRA driver would: one
+ResourceSlice per node (its own pool, named after the node) of `devices`
+devices `gpu-<i>` with the given attributes and capacities, an optional
+`cliqueId` attribute shared by each run of `nvlinkDomainSize` consecutive
+nodes, and optionally the DeviceClass that selects the driver's devices.
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from typing import Any, Final, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from kai_ray.values.api import HOSTNAME_LABEL, ApiModel, ObjectMeta, Quantity
+from kai_ray.values.dra import DRA_API_VERSION
 
 SIM_API_VERSION: Final = "sim.kai-ray.io/v1alpha1"
+#: Most devices one ResourceSlice may list (the API server's limit).
+MAX_SLICE_DEVICES: Final = 128
+#: A DNS subdomain (a driver's or a DeviceClass's name).
+_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: An attribute or capacity name, bare (in the driver's domain) or `<domain>/<name>`.
+_DEVICE_FIELD = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class PoolTaint(ApiModel):
@@ -30,6 +46,45 @@ class PoolLevel(ApiModel):
     domains: int = Field(ge=1, description="Domains under each domain of the wider level.")
 
 
+class PoolDra(ApiModel):
+    """The devices a DRA driver publishes for each node of the pool."""
+
+    driver: str = Field(min_length=1, max_length=63, pattern=_SUBDOMAIN)
+    devices: int = Field(ge=1, le=MAX_SLICE_DEVICES, description="Devices per node.")
+    deviceClass: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=_SUBDOMAIN,
+        description="Also publish a DeviceClass of this name selecting the driver's devices.",
+    )
+    attributes: dict[str, str | bool | int] = Field(default_factory=dict)
+    capacity: dict[str, Quantity] = Field(default_factory=dict)
+    nvlinkDomainSize: int | None = Field(
+        default=None, ge=1, description="Consecutive nodes sharing one cliqueId attribute."
+    )
+    nvlinkDomainAttribute: str = Field(default="cliqueId", pattern=_DEVICE_FIELD)
+
+    @field_validator("attributes", "capacity")
+    @classmethod
+    def _qualified_names(cls, values: dict[str, Any]) -> dict[str, Any]:
+        for name in values:
+            if not re.match(_DEVICE_FIELD, name):
+                raise ValueError(f"[{name}]: must be a name or <domain>/<name>, e.g. productName")
+        return values
+
+    @model_validator(mode="after")
+    def _domain_attribute_is_not_given(self) -> PoolDra:
+        if self.nvlinkDomainSize is not None and self.nvlinkDomainAttribute in self.attributes:
+            raise ValueError(
+                f"attributes[{self.nvlinkDomainAttribute}]: set per domain by nvlinkDomainSize"
+            )
+        return self
+
+    def qualified(self, name: str) -> str:
+        return name if "/" in name else f"{self.driver}/{name}"
+
+
 class NodePoolSpec(ApiModel):
     count: int = Field(ge=1, le=100_000)
     namePrefix: str = Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -37,6 +92,7 @@ class NodePoolSpec(ApiModel):
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[PoolTaint] = Field(default_factory=list)
     topology: list[PoolLevel] = Field(default_factory=list)
+    dra: PoolDra | None = None
 
     @field_validator("topology")
     @classmethod
@@ -52,6 +108,9 @@ class NodePoolSpec(ApiModel):
         total = math.prod(level.domains for level in self.topology)
         if total > self.count:
             raise ValueError(f"topology: {total} domains in all but only {self.count} nodes")
+        size = self.dra.nvlinkDomainSize if self.dra is not None else None
+        if size is not None and size > self.count:
+            raise ValueError(f"dra.nvlinkDomainSize: {size} is more than the {self.count} nodes")
         return self
 
 
@@ -98,3 +157,74 @@ def expand(pool: NodePool) -> list[dict[str, Any]]:
             }
         )
     return nodes
+
+
+# ------------------------------------------------------------------ DRA
+
+
+def _attribute(value: str | bool | int) -> dict[str, str | bool | int]:
+    """A typed DRA attribute (bool is checked first: it is an int in Python)."""
+    if isinstance(value, bool):
+        return {"bool": value}
+    return {"int": value} if isinstance(value, int) else {"string": value}
+
+
+def nvlink_domain(pool: NodePool, index: int) -> str | None:
+    """The clique id node `index` publishes: `<namePrefix>-nvl-<k>` for the k-th run of
+    `nvlinkDomainSize` nodes (the last run may be shorter)."""
+    dra = pool.spec.dra
+    if dra is None or dra.nvlinkDomainSize is None:
+        return None
+    return f"{pool.spec.namePrefix}-nvl-{index // dra.nvlinkDomainSize}"
+
+
+def _device(dra: PoolDra, index: int, clique: str | None) -> dict[str, Any]:
+    attributes = {name: _attribute(value) for name, value in dra.attributes.items()}
+    if clique is not None:
+        attributes[dra.nvlinkDomainAttribute] = {"string": clique}
+    device: dict[str, Any] = {"name": f"gpu-{index}", "attributes": attributes}
+    if dra.capacity:
+        device["capacity"] = {name: {"value": str(q)} for name, q in dra.capacity.items()}
+    return device
+
+
+def resource_slices(pool: NodePool) -> list[dict[str, Any]]:
+    """One ResourceSlice per node of the pool (none without `spec.dra`): the node's own
+    pool, as a node-local driver publishes it."""
+    dra = pool.spec.dra
+    if dra is None:
+        return []
+    slices = []
+    for i in range(pool.spec.count):
+        node = f"{pool.spec.namePrefix}-{i}"
+        clique = nvlink_domain(pool, i)
+        slices.append(
+            {
+                "apiVersion": DRA_API_VERSION,
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{node}-{dra.driver}"},
+                "spec": {
+                    "driver": dra.driver,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 0, "resourceSliceCount": 1},
+                    "devices": [_device(dra, d, clique) for d in range(dra.devices)],
+                },
+            }
+        )
+    return slices
+
+
+def device_classes(pool: NodePool) -> list[dict[str, Any]]:
+    """The DeviceClass `spec.dra.deviceClass` names (selecting the driver's devices), or none."""
+    dra = pool.spec.dra
+    if dra is None or dra.deviceClass is None:
+        return []
+    expression = f"device.driver == {json.dumps(dra.driver)}"
+    return [
+        {
+            "apiVersion": DRA_API_VERSION,
+            "kind": "DeviceClass",
+            "metadata": {"name": dra.deviceClass},
+            "spec": {"selectors": [{"cel": {"expression": expression}}]},
+        }
+    ]

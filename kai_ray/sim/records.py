@@ -39,6 +39,8 @@ class BindingRecord:
     bound_s: float
     released_s: float | None = None
     release_reason: str | None = None
+    #: The pod's DRA claims when it was bound: `namespace/name` and `driver/pool/device`s.
+    claims: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out = dict(vars(self))

@@ -52,7 +52,8 @@ def cluster_gpus(sim: Simulation) -> float:
         status = node.get("status") or {}
         amounts = Resources.parse(status.get("allocatable") or status.get("capacity"), "status")
         total += amounts[GPU]
-    return total
+    # DRA devices of classes counted as GPUs (SchedulerConfig spec.dra) offer GPUs too.
+    return total + sum(r[GPU] for r in sim.cache.dra_view().node_resources.values())
 
 
 def summary(

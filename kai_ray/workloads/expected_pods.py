@@ -44,6 +44,7 @@ COPIED_SPEC_FIELDS = (
     "priority",
     "overhead",
     "schedulingGates",
+    "resourceClaims",
 )
 RAY_NODE_TYPE_LABEL = "ray.io/node-type"
 

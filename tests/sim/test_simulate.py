@@ -36,6 +36,7 @@ POD_FIELDS = {
     "bound_s",
     "released_s",
     "release_reason",
+    "claims",
 }
 SAMPLE_FIELDS = {"t_s", "allocated", "requested", "fair_share"}
 RESOURCE_NAMES = {"cpu", "memory", "nvidia.com/gpu"}
