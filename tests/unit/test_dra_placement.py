@@ -6,6 +6,7 @@ from typing import Any
 
 from kai_ray.decisions.cycle import CycleResult, run_cycle
 from kai_ray.state.cache import ClusterCache
+from kai_ray.state.dra_view import NVLINK_DOMAIN_LABEL
 from kai_ray.state.snapshot import ClusterObjects, Snapshot, build_snapshot
 from kai_ray.values.config import SchedulerConfig
 from kai_ray.values.dra import DraSettings
@@ -317,3 +318,49 @@ def test_evicting_the_last_user_of_a_claim_frees_its_devices() -> None:
     assert isinstance(allocation_on(tx, waiting, 0), Allocation)
     tx.rollback(mark)
     assert isinstance(allocation_on(tx, waiting, 0), Unallocatable)
+
+
+def test_a_gang_required_in_one_nvlink_domain_is_placed_inside_one() -> None:
+    from tests.builders import make_topology
+    from tests.unit.dra_builders import CLIQUE
+
+    settings = DraSettings(deviceClasses={GPU_CLASS: "gpu"}, nvlinkDomainAttribute=CLIQUE)
+    cliques = {"n0": "c0", "n1": "c0", "n2": "c1", "n3": "c1"}
+    slices = [dump(make_slice(n).gpus(8, clique=c).build()) for n, c in cliques.items()]
+    held = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {
+                        "request": "gpus",
+                        "driver": "gpu.example.com",
+                        "pool": "n0",
+                        "device": f"gpu-{i}",
+                    }
+                    for i in range(6)
+                ]
+            }
+        }
+    }
+    claims = [raw_claim("held", exact(count=6), status=held)]
+    claims += [raw_claim(f"c{i}", exact(count=8)) for i in range(2)]
+    pods = [claim_pod("busy", "b", "held", node="n0")]
+    pods += [claim_pod(f"p{i}", "g", f"c{i}") for i in range(2)]
+    gang = make_pod_group("g", NS).queue("team").min_member(2)
+    gang = gang.topology("nvlink", required=NVLINK_DOMAIN_LABEL)
+    objects = cluster(
+        pods, [group("b", 1), gang.build()], claims, slices=slices, nodes=4, settings=settings
+    )
+    objects = ClusterObjects(
+        **{
+            **objects.__dict__,
+            "topologies": [make_topology("nvlink", NVLINK_DOMAIN_LABEL).hostname().build()],
+        }
+    )
+    snapshot, result = cycle(objects)
+    assert snapshot.labels[snapshot.node_index["n2"]][NVLINK_DOMAIN_LABEL] == "c1"
+    assert sorted(b.node for b in result.plan.binds) == ["n2", "n3"]
+    assert {d.ref.pool for b in result.plan.binds for c in b.claims for d in c.devices} == {
+        "n2",
+        "n3",
+    }
