@@ -95,8 +95,12 @@ class DraView:
     def empty(self) -> bool:
         return not (self.claims or self.templates or self.inventory.by_node)
 
-    def pod_claims(self, pod_key: str, namespace: str, entries: Sequence[PodClaim]) -> PodClaims:
-        """The pod's claims resolved; `entries` as `pod_claims` read them from the pod."""
+    def pod_claims(
+        self, pod_key: str, namespace: str, entries: Sequence[PodClaim], stand_in: bool = False
+    ) -> PodClaims:
+        """The pod's claims resolved; `entries` as `pod_claims` read them from the pod.
+        A stand-in (a suspended workload's placeholder) counts its templates and
+        waits for no claim: its claims are made once its real pods exist."""
         if not entries:
             return NO_CLAIMS
         keys: list[str] = []
@@ -111,10 +115,11 @@ class DraView:
                         f"{entry.entry!r}) does not exist or cannot be read"
                     )
                     continue
-                waits.append(
-                    f"the ResourceClaim of {entry.entry!r} (template {entry.template}) "
-                    "is not made yet"
-                )
+                if not stand_in:
+                    waits.append(
+                        f"the ResourceClaim of {entry.entry!r} (template {entry.template}) "
+                        "is not made yet"
+                    )
                 claim = ResourceClaim.model_validate(
                     {"metadata": {"name": "-", "namespace": namespace}, "spec": template.spec.spec}
                 )
@@ -247,7 +252,7 @@ def with_claims(pod: PodState, view: DraView) -> PodState:
     """The pod with its claims found and what they count as added to its requests."""
     if not pod.claim_entries:
         return pod
-    found = view.pod_claims(pod.key, pod.namespace, pod.claim_entries)
+    found = view.pod_claims(pod.key, pod.namespace, pod.claim_entries, pod.stand_in)
     return dataclasses.replace(
         pod, requests=pod.requests + found.resources, claims=found.keys, claim_wait=found.wait
     )

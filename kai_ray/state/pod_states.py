@@ -15,7 +15,7 @@ from typing import Any
 
 from kai_ray.state.problems import field_problem, object_ref
 from kai_ray.values.errors import InvalidFieldError, ObjectRef, Problem
-from kai_ray.values.names import ADMISSION_GATE
+from kai_ray.values.names import ADMISSION_GATE, PLACEHOLDER_ANNOTATION
 from kai_ray.values.resources import GPU, Resources, add_into
 from kai_ray.workloads.pod_affinity import PodAffinity, pod_inter_affinity
 from kai_ray.workloads.pod_claims import PodClaim, pod_claims
@@ -95,6 +95,9 @@ class PodState:
     claims: tuple[str, ...] = ()
     #: Why its claims keep it from being placed ("" when they do not).
     claim_wait: str = ""
+    #: A placeholder of a suspended workload (`kai-ray.io/placeholder`): its claims
+    #: templates are counted in its requests, not waited for (no claim is made yet).
+    stand_in: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -151,6 +154,7 @@ class PodState:
             self.claim_entries,
             self.claims,
             self.claim_wait,
+            self.stand_in,
         )
 
 
@@ -227,6 +231,7 @@ def read_pod(pod: Mapping[str, Any], problems: list[Problem]) -> PodState | None
         pod_affinity=pod_affinity,
         uid=str((pod.get("metadata") or {}).get("uid") or ""),
         claim_entries=claim_entries,
+        stand_in=PLACEHOLDER_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {}),
     )
 
 

@@ -364,3 +364,24 @@ def test_a_gang_required_in_one_nvlink_domain_is_placed_inside_one() -> None:
         "n2",
         "n3",
     }
+
+
+def test_a_placeholder_counts_its_claim_templates_and_does_not_wait_for_claims() -> None:
+    from kai_ray.values.names import PLACEHOLDER_ANNOTATION
+
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "tpl", "namespace": NS},
+        "spec": {"spec": {"devices": {"requests": [exact(count=4)]}}},
+    }
+    pod = claim_pod("p", "g", template="tpl")
+    pod["metadata"].setdefault("annotations", {})[PLACEHOLDER_ANNOTATION] = "true"
+    objects = cluster([pod], [group("g", 1)], [])
+    objects = ClusterObjects(**{**objects.__dict__, "claim_templates": [template]})
+    snapshot, result = cycle(objects)
+    placeholder = snapshot.pods[f"{NS}/p"]
+    assert placeholder.requests["gpu"] == 4
+    assert placeholder.claim_wait == ""
+    (bind,) = result.plan.binds
+    assert bind.claims == ()
