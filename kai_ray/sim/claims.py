@@ -33,7 +33,7 @@ from kai_ray.state.cache import (
     RESOURCE_SLICE,
     ClusterCache,
 )
-from kai_ray.state.dra import DeviceRef, Inventory
+from kai_ray.state.dra import DeviceRef, Inventory, allocated_resources
 from kai_ray.state.dra_allocate import ClaimAllocation
 from kai_ray.state.dra_status import ClaimWrite, Consumer, allocation_write, release_write
 from kai_ray.state.dra_view import claim_resources
@@ -237,6 +237,18 @@ class ClaimController:
         for key in keys:
             claim = ResourceClaim.model_validate(self.claims[key])
             total = total + claim_resources(claim, self._inventory, self._settings)
+        return total
+
+    def allocation_resources(self, allocations: Iterable[ClaimAllocation]) -> Resources:
+        """What newly allocated claims hold in queue resources (a claim already
+        allocated is counted where it was allocated)."""
+        total = Resources()
+        for allocation in allocations:
+            raw = self.claims.get(f"{allocation.namespace}/{allocation.name}")
+            if allocation.new and raw is not None:
+                results = [d.request for d in allocation.devices]
+                claim = ResourceClaim.model_validate(raw)
+                total = total + allocated_resources(claim, results, self._inventory, self._settings)
         return total
 
     def is_allocated(self, key: str) -> bool:

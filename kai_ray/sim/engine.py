@@ -126,7 +126,8 @@ class Simulation:
         self._live: dict[str, _Job] = {}
         self._holdings: dict[str, Holding] = {}
         self._feed_cluster()
-        self.ledger.add_labels(self.cache.dra_view().node_labels)
+        dra = self.cache.dra_view()
+        self.ledger.add_node_facts(dra.node_resources, dra.node_labels)
         self._events: list[_Event] = []
         self._seq = 0
         self._cycle_at: float | None = None
@@ -324,9 +325,8 @@ class Simulation:
         pod.setdefault("status", {}).update(phase="Running", startTime=_timestamp(now))
         self.cache.upsert(pod, POD)
         # A claim's devices count with the pod whose bind allocated it (a shared claim once).
-        allocated = [f"{c.namespace}/{c.name}" for c in bind.claims if c.new]
-        requests = pod_requests(pod) + {GPU: bind.gpu_fraction}
-        requests = requests + self.claims.resources(k for k in allocated if k in claims)
+        claimed = self.claims.allocation_resources(bind.claims)
+        requests = pod_requests(pod) + {GPU: bind.gpu_fraction} + claimed
         self.bindings[bind.pod] = BindingRecord(
             name=pod["metadata"]["name"],
             namespace=pod["metadata"].get("namespace") or "default",
@@ -339,7 +339,9 @@ class Simulation:
                 {"name": key, "devices": device_names(self.claims.claims[key])} for key in claims
             ],
         )
-        holding = Holding(bind.node, pod_requests(pod), bind.gpu_devices, bind.gpu_fraction)
+        holding = Holding(
+            bind.node, pod_requests(pod) + claimed, bind.gpu_devices, bind.gpu_fraction
+        )
         self._hold(bind.pod, holding)
 
     def _check_claims_reach(self, bind: Bind, claims: Iterable[str]) -> None:
@@ -548,9 +550,8 @@ class Simulation:
         return gone_now and evict.pod in self._holdings and evict.pod not in self.going
 
     def _holding_of(self, bind: Bind) -> Holding:
-        return Holding(
-            bind.node, pod_requests(self.pods[bind.pod]), bind.gpu_devices, bind.gpu_fraction
-        )
+        requests = pod_requests(self.pods[bind.pod]) + self.claims.allocation_resources(bind.claims)
+        return Holding(bind.node, requests, bind.gpu_devices, bind.gpu_fraction)
 
     def _bind_pipelined(self, now: float) -> list[_Job]:
         """The pipelined groups whose room is free now, bound (in plan order)."""

@@ -125,13 +125,24 @@ class BindingLedger:
         self._topologies = {t.metadata.name: t for t in topologies}
         self._touched: set[str] = set()
 
-    def add_labels(self, labels: Mapping[str, Mapping[str, str]]) -> None:
-        """Labels nodes get from elsewhere than their object (the NVLink domain their DRA
-        devices name), so that a required level naming them is checked too."""
-        for name, extra in labels.items():
+    def add_node_facts(
+        self,
+        resources: Mapping[str, Resources],
+        labels: Mapping[str, Mapping[str, str]],
+    ) -> None:
+        """What nodes offer and are labelled with beyond their object, as the snapshot
+        reads them: their DRA devices of classes counted as queue resources (GPUs: one
+        device each), and the NVLink domain those devices name."""
+        for name, extra in resources.items():
             if name in self._nodes:
                 account = self._nodes[name]
-                account.labels = {**account.labels, **extra}
+                account.allocatable = account.allocatable + extra
+                gpus = int(np.floor(account.allocatable[GPU]))
+                account.devices.extend([0.0] * (gpus - len(account.devices)))
+        for name, more in labels.items():
+            if name in self._nodes:
+                account = self._nodes[name]
+                account.labels = {**account.labels, **more}
 
     def hold(self, holding: Holding) -> None:
         self._change(holding, +1.0)

@@ -67,8 +67,11 @@ JOB_KEYS = {
     "times_evicted",
     "released_together",
     "running",
+    "claim_devices",
+    "claim_devices_in",
+    "claim_devices_share",
 }
-POD_KEYS = {"bound", "node", "gpu_devices", "gpu_fraction"}
+POD_KEYS = {"bound", "node", "gpu_devices", "gpu_fraction", "claim_devices"}
 QUEUE_KEYS = {"fair_share", "allocated", "requested", "at_s", "tolerance"}
 QUEUE_AMOUNT_KEYS = ("fair_share", "allocated", "requested")
 
@@ -161,6 +164,8 @@ class Outcome:
 
     report: dict[str, Any]
     node_labels: Mapping[str, Mapping[str, str]]
+    #: `driver/pool/device` -> its attributes by qualified name (`<domain>/<name>`).
+    device_attributes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     jobs: dict[str, dict[str, Any]] = field(init=False)
     bindings: dict[str, list[dict[str, Any]]] = field(init=False)
 
@@ -185,7 +190,26 @@ def simulate(scenario: Scenario, folder: Path) -> Outcome:
     labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in sim_input.nodes}
     sim = Simulation(sim_input, until=parse_until(scenario.until))
     sim.run()
-    return Outcome(build_report(sim), labels)
+    # Labels the nodes' DRA devices give them (the NVLink domain), as the cycle saw them.
+    for node, extra in sim.cache.dra_view().node_labels.items():
+        labels[node] = {**labels.get(node, {}), **extra}
+    return Outcome(build_report(sim), labels, device_attributes(sim_input.dra.resource_slices))
+
+
+def device_attributes(slices: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every published device's attributes, by `driver/pool/device`; a bare attribute
+    name is in the driver's domain, as in Kubernetes."""
+    found: dict[str, dict[str, Any]] = {}
+    for obj in slices:
+        spec = obj["spec"]
+        driver, pool = spec["driver"], spec["pool"]["name"]
+        for device in spec.get("devices") or ():
+            attributes = {
+                (name if "/" in name else f"{driver}/{name}"): next(iter(value.values()))
+                for name, value in (device.get("attributes") or {}).items()
+            }
+            found[f"{driver}/{pool}/{device['name']}"] = attributes
+    return found
 
 
 # ------------------------------------------------------------------- the checks
@@ -233,6 +257,32 @@ def check_job(outcome: Outcome, key: str, want: Mapping[str, Any]) -> Iterator[s
             yield f"job {key}: expected {attribute} {want[attribute]!r}, got {job[attribute]!r}"
     yield from check_job_nodes(outcome, key, want)
     yield from check_evictions(outcome, key, want)
+    yield from check_claim_devices(outcome, key, want)
+
+
+def claim_devices(bindings: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The devices the claims of these bindings held when they were bound."""
+    return {d for b in bindings for claim in b.get("claims") or () for d in claim["devices"]}
+
+
+def check_claim_devices(outcome: Outcome, key: str, want: Mapping[str, Any]) -> Iterator[str]:
+    """`claim_devices`: how many distinct DRA devices its pods' claims held (a claim the
+    pods share counts once); `claim_devices_in`: `{attribute: value}` every such device
+    carries; `claim_devices_share`: an attribute all of them carry with one value."""
+    devices = claim_devices(outcome.job_bindings(key))
+    where = f"job {key} (claim devices {sorted(devices)})"
+    if "claim_devices" in want and not matches(len(devices), want["claim_devices"], 0):
+        yield f"{where}: expected {want['claim_devices']} devices, got {len(devices)}"
+    attributes = [outcome.device_attributes.get(d, {}) for d in sorted(devices)]
+    for name, value in (want.get("claim_devices_in") or {}).items():
+        values = {str(a.get(name)) for a in attributes}
+        if not devices or values != {str(value)}:
+            yield f"{where}: expected every device with {name}={value}, got {sorted(values)}"
+    if "claim_devices_share" in want:
+        name = want["claim_devices_share"]
+        values = {str(a.get(name)) for a in attributes}
+        if len(values) != 1 or values == {"None"}:
+            yield f"{where}: expected one value of {name}, got {sorted(values)}"
 
 
 def is_eviction(binding: Mapping[str, Any]) -> bool:
@@ -346,6 +396,10 @@ def check_pod(outcome: Outcome, key: str, want: Mapping[str, Any]) -> Iterator[s
         yield f"pod {key}: expected node {want['node']}, got {binding['node']}"
     if "gpu_devices" in want and binding["gpu_devices"] != want["gpu_devices"]:
         yield f"pod {key}: expected GPU devices {want['gpu_devices']}, got {binding['gpu_devices']}"
+    if "claim_devices" in want:
+        count = len(claim_devices([binding]))
+        if not matches(count, want["claim_devices"], 0):
+            yield f"pod {key}: expected {want['claim_devices']} claim devices, got {count}"
     fraction = binding["requests"].get(GPU, 0.0)
     if "gpu_fraction" in want and not matches(fraction, want["gpu_fraction"]):
         yield f"pod {key}: expected a GPU fraction of {want['gpu_fraction']}, got {fraction}"

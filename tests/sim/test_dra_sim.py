@@ -444,3 +444,52 @@ def test_bad_input_is_an_invalid_object_error(tmp_path: Path) -> None:
     write_input(tmp_path, pod_doc("[{name: gpus, resourceClaimTemplateName: ghost}]"))
     with pytest.raises(InvalidObjectError, match="no ResourceClaimTemplate named 'ghost'"):
         load([tmp_path])
+
+
+# ------------------------------------------------------------- over a run
+
+TIMED_POD = dedent(
+    """\
+    apiVersion: v1
+    kind: Pod
+    metadata:
+      name: p
+      namespace: ml
+      labels: {kai-ray.io/queue: team}
+      annotations: {sim.kai-ray.io/duration: 1h}
+    spec:
+      schedulerName: kai-ray
+      resourceClaims: [{name: gpus, resourceClaimTemplateName: two}]
+      containers: [{name: c, resources: {requests: {cpu: "1"}}}]
+    """
+)
+
+
+def test_a_finished_pod_leaves_no_claim_and_no_device_taken(tmp_path: Path) -> None:
+    sim = Simulation(load([write_input(tmp_path, TIMED_POD)]), until=1800.0)
+    sim.run()
+    (binding,) = sim.bindings.values()
+    (claim,) = binding.claims
+    assert claim["name"] == "ml/p-gpus" and len(claim["devices"]) == 2
+    assert len(sim.cache.snapshot().dra.taken) == 2
+    sim = Simulation(load([tmp_path]))
+    sim.run()
+    assert sim.jobs["ml/pod-p"].record.finished_s == 3600.0
+    assert sim.cache.objects().resource_claims == []
+    assert sim.cache.snapshot().dra.taken == frozenset()
+
+
+def test_a_failed_pod_is_made_again_with_a_new_uid_and_a_new_claim(tmp_path: Path) -> None:
+    sim = Simulation(load([write_input(tmp_path, TIMED_POD)]), until=60.0)
+    sim.run()
+    old_uid = sim.pods["ml/p"]["metadata"]["uid"]
+    old = sim.cache.get(RESOURCE_CLAIM, "ml/p-gpus")
+    assert old is not None and old["status"]["reservedFor"][0]["uid"] == old_uid
+    sim.fail_pod("ml/p", "failed")
+    new_uid = sim.pods["ml/p"]["metadata"]["uid"]
+    assert new_uid != old_uid
+    made = sim.cache.get(RESOURCE_CLAIM, "ml/p-gpus")
+    assert made is not None
+    assert made["metadata"]["ownerReferences"][0]["uid"] == new_uid
+    assert "allocation" not in (made.get("status") or {})
+    assert sim.cache.snapshot().dra.taken == frozenset()
