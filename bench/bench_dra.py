@@ -5,14 +5,15 @@ Run: `.venv/bin/python -m bench.bench_dra [--nodes 5000] [--gangs 12000]`.
 
 The cluster is the hard case: `--nodes` nodes of 8 GPUs, every other node
 fragmented by a running pod holding 3 of them, and a backlog larger than the free
-GPUs (by default 8,000 one-pod gangs of 4 GPUs and 4,000 of 2: 40,000 GPUs asked
-for, about 32,500 free), spread over four queues. The two sides are the same
+GPUs (by default 8,000 one-pod gangs, two in three of 8 GPUs and one in three of
+4: about 53,000 GPUs asked for, 32,500 free; a third of the gangs cannot be
+placed), spread over four queues. The two sides are the same
 pods, queues and nodes; only how GPUs are offered and asked for differs:
 - **extended**: nodes offer `nvidia.com/gpu: 8`, pods request it;
 - **DRA**: nodes offer no GPU resource; one ResourceSlice per node publishes 8
   devices of class `gpu.example.com` (mapped to `gpu` in `spec.dra`), and every
   pod has its own ResourceClaim (as the resource claim controller makes them from
-  a template) for 4 or 2 devices with a CEL selector on the product name; the
+  a template) for 8 or 4 devices with a CEL selector on the product name; the
   running pods' claims are allocated.
 
 Printed per side: the snapshot build, the first cycle (for DRA it evaluates each
@@ -137,7 +138,7 @@ def objects(node_count: int, gangs: int, dra: bool) -> ClusterObjects:
     for i in range(0, node_count, 2):
         add(f"run-{i}", HELD, i, 0, i)
     for i in range(gangs):
-        add(f"p{i}", 4 if i % 3 else 2, i, 1 + i % 3600, None)
+        add(f"p{i}", 4 if i % 3 == 2 else 8, i, 1 + i % 3600, None)
     return ClusterObjects(
         nodes=[_node(i, dra) for i in range(node_count)],
         pods=pods,
@@ -188,13 +189,13 @@ def _timed(snapshot: Snapshot, config: SchedulerConfig) -> tuple[float, CycleRes
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=5_000)
-    parser.add_argument("--gangs", type=int, default=12_000)
+    parser.add_argument("--gangs", type=int, default=8_000)
     parser.add_argument("--strategy", default="binpack")
     args = parser.parse_args()
     print(
         f"machine: {platform.machine()}, Python {platform.python_version()}, "
         f"{os.cpu_count()} CPUs; {args.nodes} nodes x {DEVICES} GPUs, every other one holding "
-        f"{HELD}; {args.gangs} waiting one-pod gangs of 4 or 2 GPUs; {args.strategy}"
+        f"{HELD}; {args.gangs} waiting one-pod gangs of 8 or 4 GPUs; {args.strategy}"
     )
     config = SchedulerConfig.model_validate({"spec": {"placementStrategy": args.strategy}})
     extended = side("extended", objects(args.nodes, args.gangs, dra=False), config)

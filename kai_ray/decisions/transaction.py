@@ -24,7 +24,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from kai_ray.decisions.plan import Bind
 from kai_ray.state.dra import DeviceRef
-from kai_ray.state.dra_allocate import ClaimAllocation
+from kai_ray.state.dra_allocate import ClaimAllocation, result_of
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.snapshot import POD_COUNT, Snapshot
 from kai_ray.values.resources import EPSILON, GPU
@@ -99,6 +99,8 @@ class Placement:
     removal: bool = False
     #: DRA devices the placement took (its new claim allocations), or a removal freed.
     dra_devices: frozenset[DeviceRef] = frozenset()
+    #: Capacity of shareable DRA devices a removal gave back (a placement's is in its bind).
+    dra_freed: tuple[tuple[DeviceRef, str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,8 @@ class Transaction:
         self._claimed: set[DeviceRef] = set()
         self._freed: set[DeviceRef] = set()
         self.claim_allocations: dict[str, ClaimAllocation] = {}
+        #: Capacity of shareable devices consumed (+) or given back (-) in this transaction.
+        self._consumption: dict[DeviceRef, dict[str, float]] = {}
         #: Which state the transaction is in: a new number for every placement or
         #: removal, and the number it had back when one is rolled back (rollback
         #: restores exactly), so equal versions mean equal free resources and devices.
@@ -153,7 +157,7 @@ class Transaction:
         for index in placement.bind.gpu_devices:
             self.devices[node, index] -= amount
         self._node_changed(node, -placement.taken)
-        if placement.dra_devices or placement.bind.claims:
+        if placement.dra_devices or placement.bind.claims or placement.dra_freed:
             self._claim(placement, undo=False)
         self.placements.append(placement)
         (self.removed if placement.removal else self.placed)[placement.bind.pod] = placement
@@ -163,8 +167,18 @@ class Transaction:
         node = self.snapshot.node_index[pod.node or ""]
         bind = Bind(pod.key, group, pod.node or "", pod.devices, pod.gpu_fraction)
         taken = -held_vector(self.snapshot, pod)
-        freed = self._claims_freed(pod) if pod.claims else frozenset()
-        self.place(Placement(bind, node, taken, pod.gpu_fraction, removal=True, dra_devices=freed))
+        freed, given_back = self._claims_freed(pod) if pod.claims else (frozenset(), ())
+        self.place(
+            Placement(
+                bind,
+                node,
+                taken,
+                pod.gpu_fraction,
+                removal=True,
+                dra_devices=freed,
+                dra_freed=given_back,
+            )
+        )
 
     def dra_taken(self) -> AbstractSet[DeviceRef]:
         """DRA devices no claim may be given now: those allocated claims hold in the
@@ -172,27 +186,54 @@ class Transaction:
         placements took."""
         return _Taken(self.snapshot.dra.taken, self._freed, self._claimed)
 
-    def _claims_freed(self, pod: PodState) -> frozenset[DeviceRef]:
-        """Devices of the pod's allocated claims that nobody else still uses."""
+    def dra_consumed(self) -> Mapping[DeviceRef, Mapping[str, float]]:
+        """What shareable DRA devices have given out now: the snapshot's allocated
+        claims, plus this transaction's placements, less what its removals freed."""
+        if not self._consumption:
+            return self.snapshot.dra.consumed
+        return _Consumed(self.snapshot.dra.consumed, self._consumption)
+
+    def _claims_freed(
+        self, pod: PodState
+    ) -> tuple[frozenset[DeviceRef], tuple[tuple[DeviceRef, str, float], ...]]:
+        """Devices of the pod's allocated claims that nobody else still uses, and the
+        capacity of shareable devices those claims give back."""
         view = self.snapshot.dra
         freed: set[DeviceRef] = set()
+        given_back: list[tuple[DeviceRef, str, float]] = []
         for key in pod.claims:
             claim = view.claims.get(key)
             if claim is None or claim.status.allocation is None:
                 continue
             others = [u for u in view.users.get(key, ()) if u != pod.key and u not in self.removed]
-            if not others:
-                results = claim.status.allocation.devices.results
-                freed.update(DeviceRef(r.driver, r.pool, r.device) for r in results)
-        return frozenset(freed)
+            if others:
+                continue
+            for result in map(result_of, claim.status.allocation.devices.results):
+                if result.shared:
+                    given_back += [(result.ref, name, amount) for name, amount in result.consumed]
+                else:
+                    freed.add(result.ref)
+        return frozenset(freed), tuple(given_back)
+
+    def _consume(self, ref: DeviceRef, name: str, amount: float) -> None:
+        into = self._consumption.setdefault(ref, {})
+        into[name] = into.get(name, 0.0) + amount
 
     def _claim(self, placement: Placement, undo: bool) -> None:
         """Book (or, undoing, give back) what a placement did to DRA devices."""
+        sign = -1.0 if undo else 1.0
         if placement.removal:
             (self._freed.difference_update if undo else self._freed.update)(placement.dra_devices)
+            for ref, name, amount in placement.dra_freed:
+                self._consume(ref, name, -sign * amount)
             return
         (self._claimed.difference_update if undo else self._claimed.update)(placement.dra_devices)
         for claim in placement.bind.claims:
+            if not claim.new:
+                continue
+            for device in claim.devices:
+                for name, amount in device.consumed if device.shared else ():
+                    self._consume(device.ref, name, sign * amount)
             if claim.new:
                 key = f"{claim.namespace}/{claim.name}"
                 if undo:
@@ -210,7 +251,7 @@ class Transaction:
             self.version = undo.version
             (self.removed if placement.removal else self.placed).pop(placement.bind.pod, None)
             self._node_changed(placement.node, placement.taken)
-            if placement.dra_devices or placement.bind.claims:
+            if placement.dra_devices or placement.bind.claims or placement.dra_freed:
                 self._claim(placement, undo=True)
 
     def commit(self) -> None:
@@ -257,6 +298,32 @@ class Transaction:
             domain = self.snapshot.topologies[topology].levels[level].node_domain[node]
             if domain >= 0:
                 sums[domain] += delta
+
+
+class _Consumed(Mapping[DeviceRef, Mapping[str, float]]):
+    """`base` with `delta` added, per device and capacity, without copying `base`."""
+
+    def __init__(
+        self,
+        base: Mapping[DeviceRef, Mapping[str, float]],
+        delta: Mapping[DeviceRef, Mapping[str, float]],
+    ) -> None:
+        self.base, self.delta = base, delta
+
+    def __getitem__(self, ref: DeviceRef) -> Mapping[str, float]:
+        if ref not in self.delta:
+            return self.base[ref]
+        merged = dict(self.base.get(ref, {}))
+        for name, amount in self.delta[ref].items():
+            merged[name] = merged.get(name, 0.0) + amount
+        return merged
+
+    def __iter__(self) -> Iterator[DeviceRef]:
+        yield from self.base
+        yield from (ref for ref in self.delta if ref not in self.base)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class _Taken(AbstractSet[DeviceRef]):

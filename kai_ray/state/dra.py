@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from kai_ray.values.device_cel import DeviceView
 from kai_ray.values.dra import (
     AttributeValue,
+    CapacityRequestPolicy,
     Device,
     DeviceClass,
     DeviceTaint,
@@ -56,6 +57,8 @@ class InventoryDevice:
     #: Local to this node; None: reachable per `node_selector`, or from all nodes.
     node: str | None = None
     node_selector: NodeSelector | None = field(default=None, compare=False)
+    #: Qualified capacity name -> how one allocation may consume it (shareable devices).
+    policies: Mapping[str, CapacityRequestPolicy] = field(default_factory=dict, compare=False)
 
     @property
     def attributes(self) -> Mapping[str, AttributeValue]:
@@ -196,6 +199,11 @@ def _inventory_device(
         taints=tuple(device.taints),
         node=item.spec.nodeName or device.nodeName,
         node_selector=item.spec.nodeSelector or device.nodeSelector,
+        policies={
+            qualified(k, driver): v.requestPolicy
+            for k, v in device.capacity.items()
+            if v.requestPolicy is not None
+        },
     )
 
 

@@ -18,25 +18,35 @@ nothing here raises for bad input. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import math
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from kai_ray.state.dra import DeviceRef, Inventory, InventoryDevice
+from kai_ray.state.dra import DeviceRef, Inventory, InventoryDevice, qualified
 from kai_ray.values.device_cel import SelectorError, compile_selector
 from kai_ray.values.dra import (
     MAX_ALLOCATED_DEVICES,
+    CapacityRequestPolicy,
     DeviceClass,
     DeviceConstraint,
+    DeviceRequestAllocationResult,
     DeviceSelector,
     ExactDeviceRequest,
     ResourceClaim,
 )
 from kai_ray.values.errors import ObjectRef
 from kai_ray.values.node_selector import NodeSelector, NodeSelectorTerm, node_name_selector
+from kai_ray.values.resources import parse_amount
 
 #: Devices tried per claim before the search gives up (a reason, not a hang).
 SEARCH_STEPS = 20_000
+
+
+#: Capacity a shareable device has given out: device -> qualified capacity name -> amount.
+Consumed = Mapping[DeviceRef, Mapping[str, float]]
+NOTHING_CONSUMED: Consumed = {}
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,14 @@ class DeviceResult:
 
     request: str
     ref: DeviceRef
+    #: For a device several claims may share (`allowMultipleAllocations`): what this
+    #: result consumes of each capacity (qualified names), and its share's id.
+    consumed: tuple[tuple[str, float], ...] = ()
+    share_id: str | None = None
+
+    @property
+    def shared(self) -> bool:
+        return self.share_id is not None
 
 
 @dataclass(frozen=True)
@@ -68,8 +86,8 @@ class Allocation:
 
     @property
     def taken(self) -> frozenset[DeviceRef]:
-        """The devices this allocation takes that were free before."""
-        return frozenset(d.ref for c in self.claims if c.new for d in c.devices)
+        """The devices this allocation takes whole that were free before."""
+        return frozenset(d.ref for c in self.claims if c.new for d in c.devices if not d.shared)
 
 
 @dataclass(frozen=True)
@@ -82,23 +100,46 @@ def allocate(
     node: str,
     inventory: Inventory,
     taken: AbstractSet[DeviceRef],
+    consumed: Consumed = NOTHING_CONSUMED,
 ) -> Allocation | Unallocatable:
-    """Devices for all `claims` on `node`, none of them in `taken`, or why not."""
+    """Devices for all `claims` on `node`, none of them in `taken`, or why not; a
+    shareable device gives what of its capacity `consumed` leaves."""
     done: list[ClaimAllocation] = []
     mine: set[DeviceRef] = set()
     busy = Layered(taken, mine)
+    using = _Using(consumed)
     seen: set[tuple[str, str]] = set()
     for claim in claims:
         key = (claim.metadata.namespace or "", claim.metadata.name)
         if key in seen:
             continue
         seen.add(key)
-        result = _allocate_claim(claim, node, inventory, busy)
+        result = _allocate_claim(claim, node, inventory, busy, using)
         if isinstance(result, Unallocatable):
             return result
-        mine.update(d.ref for d in result.devices)
+        for device in result.devices:
+            if device.shared:
+                using.add(device.ref, device.consumed)
+            else:
+                mine.add(device.ref)
         done.append(result)
     return Allocation(node, tuple(done))
+
+
+class _Using:
+    """What shareable devices have given out: `base` plus this allocation's own."""
+
+    def __init__(self, base: Consumed) -> None:
+        self.base = base
+        self.extra: dict[DeviceRef, dict[str, float]] = {}
+
+    def of(self, ref: DeviceRef, name: str) -> float:
+        return self.base.get(ref, {}).get(name, 0.0) + self.extra.get(ref, {}).get(name, 0.0)
+
+    def add(self, ref: DeviceRef, amounts: Iterable[tuple[str, float]]) -> None:
+        into = self.extra.setdefault(ref, {})
+        for name, amount in amounts:
+            into[name] = into.get(name, 0.0) + amount
 
 
 def claim_name(claim: ResourceClaim) -> str:
@@ -107,7 +148,11 @@ def claim_name(claim: ResourceClaim) -> str:
 
 
 def _allocate_claim(
-    claim: ResourceClaim, node: str, inventory: Inventory, taken: AbstractSet[DeviceRef]
+    claim: ResourceClaim,
+    node: str,
+    inventory: Inventory,
+    taken: AbstractSet[DeviceRef],
+    using: _Using | None = None,
 ) -> ClaimAllocation | Unallocatable:
     namespace, name = claim.metadata.namespace or "", claim.metadata.name
     allocated = claim.status.allocation
@@ -115,20 +160,27 @@ def _allocate_claim(
         where = allocated.nodeSelector
         if where is not None and not where.matches(node, inventory.labels_of(node)):
             return Unallocatable(f"{claim_name(claim)} is allocated to devices {node} cannot reach")
-        results = tuple(
-            DeviceResult(r.request, DeviceRef(r.driver, r.pool, r.device))
-            for r in allocated.devices.results
-        )
+        results = tuple(result_of(r) for r in allocated.devices.results)
         return ClaimAllocation(namespace, name, results, where, new=False)
     try:
-        search = _Search(claim, node, inventory, taken)
+        search = _Search(claim, node, inventory, taken, using or _Using(NOTHING_CONSUMED))
         chosen = search.run()
     except _Abort as abort:
         return Unallocatable(abort.reason)
     if chosen is None:
         return Unallocatable(search.why_not())
-    devices = tuple(DeviceResult(request, d.ref) for request, d in chosen)
+    devices = tuple(search.result(request, d) for request, d in chosen)
     return ClaimAllocation(namespace, name, devices, _node_selector([d for _, d in chosen], node))
+
+
+def result_of(result: DeviceRequestAllocationResult) -> DeviceResult:
+    """An allocation result as read from a claim's status."""
+    ref = DeviceRef(result.driver, result.pool, result.device)
+    consumed = tuple(
+        (qualified(k, result.driver), parse_amount(v, f"consumedCapacity.{k}"))
+        for k, v in (result.consumedCapacity or {}).items()
+    )
+    return DeviceResult(result.request, ref, consumed, result.shareID)
 
 
 class Layered(AbstractSet[DeviceRef]):
@@ -172,9 +224,15 @@ class _Search:
     """The depth-first search for one claim."""
 
     def __init__(
-        self, claim: ResourceClaim, node: str, inventory: Inventory, taken: AbstractSet[DeviceRef]
+        self,
+        claim: ResourceClaim,
+        node: str,
+        inventory: Inventory,
+        taken: AbstractSet[DeviceRef],
+        using: _Using | None = None,
     ) -> None:
         self.claim, self.node, self.inventory, self.taken = claim, node, inventory, taken
+        self.using = using or _Using(NOTHING_CONSUMED)
         self.constraints = claim.spec.devices.constraints
         self.steps = 0
         self.requests = [
@@ -193,8 +251,10 @@ class _Search:
         request, where = alternative.request, f"{claim_name(self.claim)}: {alternative.where}"
         if request.adminAccess:
             raise _Abort(f"{where}.adminAccess: admin access is not supported yet")
-        if request.capacity is not None and request.capacity.requests:
-            raise _Abort(f"{where}.capacity: capacity requests are not supported yet")
+        if request.capacity is not None and request.allocationMode == "All":
+            raise _Abort(
+                f"{where}.capacity: capacity requests with allocationMode All are not supported"
+            )
         if request.deviceClassName not in self.inventory.classes:
             raise _Abort(f"{where}.deviceClassName: no DeviceClass {request.deviceClassName!r}")
 
@@ -207,9 +267,33 @@ class _Search:
             device
             for device in self.inventory.devices_on(self.node)
             if self._tolerated(device, request)
+            and need_of(request, device) is not None
             and _passes(device, device_class.spec.selectors, class_where)
             and _passes(device, request.selectors, claim_where)
         ]
+
+    def _free(self, device: InventoryDevice, request: ExactDeviceRequest) -> bool:
+        """Not given to anyone (a device taken whole), or with room for the request
+        left of each capacity (a shareable device)."""
+        if not device.view.allow_multiple_allocations:
+            return device.ref not in self.taken
+        if device.ref in self.taken:
+            return False
+        need = need_of(request, device) or {}
+        capacity = device.view.capacity
+        return all(
+            self.using.of(device.ref, name) + amount <= capacity[name] * (1 + 1e-9)
+            for name, amount in need.items()
+        )
+
+    def result(self, request: str, device: InventoryDevice) -> DeviceResult:
+        if not device.view.allow_multiple_allocations:
+            return DeviceResult(request, device.ref)
+        alternative = next(a for alts in self.requests for a in alts if a.name == request)
+        need = need_of(alternative.request, device) or {}
+        claim = f"{self.claim.metadata.namespace}/{self.claim.metadata.name}"
+        share = uuid.uuid5(uuid.NAMESPACE_URL, f"kai-ray:{claim}/{request}/{device.ref}")
+        return DeviceResult(request, device.ref, tuple(sorted(need.items())), str(share))
 
     @staticmethod
     def _tolerated(device: InventoryDevice, request: ExactDeviceRequest) -> bool:
@@ -244,7 +328,11 @@ class _Search:
         if alternative.request.allocationMode == "All":
             yield from self._all(alternative, chosen, used)
             return
-        free = [d for d in alternative.matching if d.ref not in self.taken and d.ref not in used]
+        free = [
+            d
+            for d in alternative.matching
+            if d.ref not in used and self._free(d, alternative.request)
+        ]
         yield from self._combinations(alternative, free, 0, chosen, [])
 
     def _all(
@@ -312,7 +400,7 @@ class _Search:
 
     def _shortfall(self, alternative: _Alternative) -> str | None:
         request, matching = alternative.request, alternative.matching
-        free = [d for d in matching if d.ref not in self.taken]
+        free = [d for d in matching if self._free(d, request)]
         where = f"{claim_name(self.claim)}: request {alternative.name}"
         what = f"devices of class {request.deviceClassName} on {self.node}"
         if request.allocationMode == "All":
@@ -382,6 +470,59 @@ def _intersection(a: NodeSelector, b: NodeSelector) -> NodeSelector:
         for t in b.nodeSelectorTerms
     ]
     return NodeSelector(nodeSelectorTerms=terms)
+
+
+def need_of(request: ExactDeviceRequest, device: InventoryDevice) -> dict[str, float] | None:
+    """What one allocation of `device` for `request` consumes of each of its
+    capacities (qualified names); None when the device cannot serve the request's
+    capacity requests. A device taken whole consumes nothing countable ({}): it is
+    given to one claim. For a shareable device (KEP-5075): what is requested,
+    rounded up to what its `requestPolicy` allows; for a capacity not requested,
+    the policy's default, else all of it."""
+    driver = device.ref.driver
+    wanted = {
+        qualified(k, driver): parse_amount(v, f"capacity.requests.{k}")
+        for k, v in (request.capacity.requests if request.capacity is not None else {}).items()
+    }
+    capacity = device.view.capacity
+    if any(name not in capacity or amount > capacity[name] for name, amount in wanted.items()):
+        return None
+    if not device.view.allow_multiple_allocations:
+        return {}
+    need: dict[str, float] = {}
+    for name, total in capacity.items():
+        policy = device.policies.get(name)
+        if name in wanted:
+            amount = _allowed_amount(wanted[name], policy)
+            if amount is None or amount > total:
+                return None
+        elif policy is not None and policy.default is not None:
+            amount = parse_amount(policy.default, f"capacity.{name}.requestPolicy.default")
+        else:
+            amount = total
+        need[name] = amount
+    return need
+
+
+def _allowed_amount(wanted: float, policy: CapacityRequestPolicy | None) -> float | None:
+    """The least amount the policy allows that covers `wanted`; None if none does."""
+    if policy is None:
+        return wanted
+    if policy.validValues:
+        values = sorted(parse_amount(v, "requestPolicy.validValues") for v in policy.validValues)
+        return next((v for v in values if v >= wanted), None)
+    bounds = policy.validRange
+    if bounds is None:
+        return wanted
+    low = parse_amount(bounds.min, "requestPolicy.validRange.min")
+    amount = max(wanted, low)
+    if bounds.step is not None:
+        step = parse_amount(bounds.step, "requestPolicy.validRange.step")
+        if step > 0:
+            amount = low + math.ceil((amount - low) / step - 1e-9) * step
+    if bounds.max is not None and amount > parse_amount(bounds.max, "requestPolicy.validRange.max"):
+        return None
+    return amount
 
 
 def class_members(devices: Sequence[InventoryDevice], device_class: DeviceClass) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kai_ray.state.dra_allocate import ClaimAllocation
+from kai_ray.state.dra_allocate import ClaimAllocation, DeviceResult
 from kai_ray.values.dra import CLAIM_FINALIZER, ResourceClaim
 
 #: Most consumers one claim may list (the API server's limit).
@@ -71,21 +71,37 @@ class ClaimWrite:
 
 def allocation_body(allocation: ClaimAllocation) -> dict[str, Any]:
     """`status.allocation` for these devices (resource.k8s.io/v1 AllocationResult)."""
-    results = [
-        {
-            "request": d.request,
-            "driver": d.ref.driver,
-            "pool": d.ref.pool,
-            "device": d.ref.device,
-        }
-        for d in allocation.devices
-    ]
+    results = [_result(d) for d in allocation.devices]
     body: dict[str, Any] = {"devices": {"results": results}}
     if allocation.node_selector is not None:
         body["nodeSelector"] = allocation.node_selector.model_dump(
             mode="json", exclude_defaults=True
         )
     return body
+
+
+def _result(device: DeviceResult) -> dict[str, Any]:
+    ref = device.ref
+    result: dict[str, Any] = {
+        "request": device.request,
+        "driver": ref.driver,
+        "pool": ref.pool,
+        "device": ref.device,
+    }
+    if device.shared:
+        own = f"{ref.driver}/"
+        result["consumedCapacity"] = {
+            name.removeprefix(own): _quantity(amount) for name, amount in device.consumed
+        }
+        result["shareID"] = device.share_id
+    return result
+
+
+def _quantity(amount: float) -> str:
+    """A quantity string for an amount (whole numbers exactly, else in milli-units)."""
+    if float(amount).is_integer():
+        return str(int(amount))
+    return f"{round(amount * 1000)}m"
 
 
 def allocation_write(

@@ -35,7 +35,7 @@ from kai_ray.state.dra import (
     nvlink_domains,
     requested_resources,
 )
-from kai_ray.state.dra_allocate import class_members
+from kai_ray.state.dra_allocate import class_members, result_of
 from kai_ray.state.nodes import NodeFacts
 from kai_ray.state.pod_states import PodState
 from kai_ray.values.device_cel import selector_problems
@@ -47,9 +47,10 @@ from kai_ray.values.dra import (
     ResourceSlice,
 )
 from kai_ray.values.errors import InvalidObjectError, Problem
-from kai_ray.values.resources import Resources
+from kai_ray.values.resources import GPU, Resources, parse_amount
 from kai_ray.values.validation import parse_model
 from kai_ray.workloads.pod_claims import PodClaim
+from kai_ray.workloads.pod_fields import GpuShare
 
 Obj = Mapping[str, Any]
 #: The node label carrying the NVLink domain (`DraSettings.nvlinkDomainAttribute`)
@@ -68,6 +69,9 @@ class PodClaims:
     #: Why the pod cannot be placed yet ("" when it can): a claim not made yet,
     #: a claim or template that does not exist or cannot be read.
     wait: str = ""
+    #: Part of one GPU the claims take on a shareable device (0: none), packed as
+    #: a fractional GPU is.
+    gpu_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -79,14 +83,19 @@ class DraView:
     #: Readable claims by `namespace/name`.
     claims: Mapping[str, ResourceClaim] = field(default_factory=dict)
     templates: Mapping[str, ResourceClaimTemplate] = field(default_factory=dict)
-    #: Devices held by allocated claims.
+    #: Devices held whole by allocated claims.
     taken: frozenset[DeviceRef] = frozenset()
+    #: What allocated claims consume of shareable devices (qualified capacity names).
+    consumed: Mapping[DeviceRef, Mapping[str, float]] = field(default_factory=dict)
     #: Claim key -> the keys of live pods naming it, sorted (the first one counts it).
     users: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     #: Node -> its own devices of mapped classes, as queue resources.
     node_resources: Mapping[str, Resources] = field(default_factory=dict)
     #: Node -> labels the devices give it (the NVLink domain).
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: Mapped class -> the capacities (qualified) of one of its shareable devices:
+    #: what a share is measured against.
+    share_capacity: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     problems: tuple[Problem, ...] = ()
     #: Bad claims by key: the problem a pod using them waits on.
     broken: Mapping[str, str] = field(default_factory=dict)
@@ -104,7 +113,7 @@ class DraView:
         if not entries:
             return NO_CLAIMS
         keys: list[str] = []
-        amounts: Resources = Resources()
+        counts = _Counts()
         waits: list[str] = []
         for entry in entries:
             if entry.claim is None:
@@ -123,7 +132,7 @@ class DraView:
                 claim = ResourceClaim.model_validate(
                     {"metadata": {"name": "-", "namespace": namespace}, "spec": template.spec.spec}
                 )
-                amounts = amounts + requested_resources(claim, self.inventory, self.settings)
+                self._count(claim, counts)
                 continue
             key = f"{namespace}/{entry.claim}"
             if key in self.broken:
@@ -135,8 +144,56 @@ class DraView:
                 continue
             keys.append(key)
             if self.users.get(key, (pod_key,))[0] == pod_key:
-                amounts = amounts + claim_resources(found, self.inventory, self.settings)
-        return PodClaims(tuple(keys), amounts, "; ".join(waits))
+                self._count(found, counts)
+        share = counts.shares.pop(GPU, 0.0)
+        if share > 1.0 + 1e-9:
+            waits.append(f"its claims take {share:g} of one GPU's capacity in shares; at most 1")
+        resources = Resources(dict(counts.whole)) + dict(counts.shares)
+        return PodClaims(tuple(keys), resources, "; ".join(waits), share)
+
+    def _count(self, claim: ResourceClaim, counts: _Counts) -> None:
+        """Add what a claim holds (allocated) or asks for (pending) in queue resources:
+        a device given whole as one unit of its class's resource; a share of a
+        shareable device as the part of the device's capacity it consumes."""
+        classes = {
+            name: exact.deviceClassName
+            for request in claim.spec.devices.requests
+            for name, exact in request.alternatives()
+        }
+        allocation = claim.status.allocation
+        if allocation is not None:
+            for result in map(result_of, allocation.devices.results):
+                self._add(classes.get(result.request, ""), 1, dict(result.consumed), counts)
+            return
+        for request in claim.spec.devices.requests:
+            _, exact = request.alternatives()[0]
+            count = exact.device_count if exact.allocationMode == "ExactCount" else 1
+            driver_of = self.share_capacity.get(exact.deviceClassName, {})
+            wanted = {}
+            if exact.capacity is not None:
+                for name, amount in exact.capacity.requests.items():
+                    full = next((k for k in driver_of if k.split("/", 1)[-1] == name), name)
+                    wanted[full] = parse_amount(amount, f"capacity.requests.{name}")
+            self._add(exact.deviceClassName, count, wanted, counts)
+
+    def _add(
+        self, class_name: str, count: int, consumed: Mapping[str, float], counts: _Counts
+    ) -> None:
+        resource = class_resource(class_name, self.inventory, self.settings)
+        if resource is None:
+            return
+        capacity = self.share_capacity.get(class_name, {})
+        part = next((consumed[k] / capacity[k] for k in consumed if capacity.get(k)), None)
+        if part is None:
+            counts.whole[resource] = counts.whole.get(resource, 0.0) + count
+        else:
+            counts.shares[resource] = counts.shares.get(resource, 0.0) + part * count
+
+
+@dataclass
+class _Counts:
+    whole: dict[str, float] = field(default_factory=dict)
+    shares: dict[str, float] = field(default_factory=dict)
 
 
 NO_CLAIMS = PodClaims()
@@ -162,6 +219,7 @@ class DeviceSide:
     node_resources: Mapping[str, Resources]
     node_labels: Mapping[str, Mapping[str, str]]
     problems: tuple[Problem, ...]
+    share_capacity: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 def build_device_side(
@@ -181,6 +239,7 @@ def build_device_side(
         _node_resources(inventory, settings),
         _domain_labels(inventory, settings),
         tuple(problems),
+        _share_capacity(inventory, settings),
     )
 
 
@@ -216,21 +275,29 @@ def build_dra_view(
         if _compiles(template, problems):
             meta = template.metadata
             read_templates[f"{meta.namespace}/{meta.name}"] = template
-    taken = frozenset(
-        DeviceRef(r.driver, r.pool, r.device)
-        for claim in read_claims.values()
-        if claim.status.allocation is not None
-        for r in claim.status.allocation.devices.results
-    )
+    taken: set[DeviceRef] = set()
+    consumed: dict[DeviceRef, dict[str, float]] = {}
+    for claim in read_claims.values():
+        if claim.status.allocation is None:
+            continue
+        for result in map(result_of, claim.status.allocation.devices.results):
+            if not result.shared:
+                taken.add(result.ref)
+                continue
+            into = consumed.setdefault(result.ref, {})
+            for name, amount in result.consumed:
+                into[name] = into.get(name, 0.0) + amount
     return DraView(
         settings=settings,
         inventory=devices.inventory,
         claims=read_claims,
         templates=read_templates,
-        taken=taken,
+        taken=frozenset(taken),
+        consumed=consumed,
         users=users,
         node_resources=devices.node_resources,
         node_labels=devices.node_labels,
+        share_capacity=devices.share_capacity,
         problems=tuple(problems),
         broken=broken,
     )
@@ -253,8 +320,23 @@ def with_claims(pod: PodState, view: DraView) -> PodState:
     if not pod.claim_entries:
         return pod
     found = view.pod_claims(pod.key, pod.namespace, pod.claim_entries, pod.stand_in)
+    wait, share, fraction = found.wait, pod.gpu_share, pod.gpu_fraction
+    if found.gpu_share > 0:
+        if pod.gpu_share is not None or pod.requests[GPU] > 0 or found.resources[GPU] > 0:
+            wait = wait or (
+                "a pod takes either one GPU share or whole GPUs; its claims and requests "
+                "ask for both"
+            )
+        else:
+            fraction = min(found.gpu_share, 1.0)
+            share = GpuShare(fraction=fraction)
     return dataclasses.replace(
-        pod, requests=pod.requests + found.resources, claims=found.keys, claim_wait=found.wait
+        pod,
+        requests=pod.requests + found.resources,
+        claims=found.keys,
+        claim_wait=wait,
+        gpu_share=share,
+        gpu_fraction=fraction,
     )
 
 
@@ -310,6 +392,22 @@ def _node_resources(inventory: Inventory, settings: DraSettings) -> dict[str, Re
             if members:
                 counts[node][resource] = max(counts[node][resource], float(members))
     return {node: Resources(dict(amounts)) for node, amounts in counts.items()}
+
+
+def _share_capacity(inventory: Inventory, settings: DraSettings) -> dict[str, dict[str, float]]:
+    """Mapped class -> the capacities of the first shareable device of it (devices of
+    one class are taken to be alike; a share is measured against them)."""
+    found: dict[str, dict[str, float]] = {}
+    for class_name, device_class in inventory.classes.items():
+        if class_resource(class_name, inventory, settings) is None:
+            continue
+        for node, devices in inventory.by_node.items():
+            shareable = [d for d in devices if d.node == node and d.view.allow_multiple_allocations]
+            member = next((d for d in shareable if class_members([d], device_class)), None)
+            if member is not None:
+                found[class_name] = dict(member.view.capacity)
+                break
+    return found
 
 
 def _domain_labels(inventory: Inventory, settings: DraSettings) -> dict[str, dict[str, str]]:

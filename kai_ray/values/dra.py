@@ -134,8 +134,23 @@ class DeviceAttribute(_Published):
         raise AssertionError("validated to hold one value")
 
 
+class CapacityRange(_Published):
+    min: Quantity
+    max: Quantity | None = None
+    step: Quantity | None = None
+
+
+class CapacityRequestPolicy(_Published):
+    """How much of a shareable capacity one allocation consumes (KEP-5075)."""
+
+    default: Quantity | None = None
+    validValues: list[Quantity] = Field(default_factory=list)
+    validRange: CapacityRange | None = None
+
+
 class DeviceCapacity(_Published):
     value: Quantity
+    requestPolicy: CapacityRequestPolicy | None = None
 
 
 class DeviceTaint(_Published):
@@ -343,6 +358,10 @@ class DeviceRequestAllocationResult(_Published):
     driver: str
     pool: str
     device: str
+    #: For a device allocated to several claims at once: what this one consumes,
+    #: and which share of the device it is.
+    consumedCapacity: dict[str, Quantity] | None = None
+    shareID: str | None = None
 
 
 class DeviceAllocationResult(_Published):

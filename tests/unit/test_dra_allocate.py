@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 from collections import Counter
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -16,7 +17,7 @@ from kai_ray.state.dra import (
     requested_resources,
 )
 from kai_ray.state.dra_allocate import Allocation, Unallocatable, allocate
-from kai_ray.values.dra import DraSettings
+from kai_ray.values.dra import DraSettings, ResourceClaim, ResourceSlice
 from kai_ray.values.node_selector import node_name_selector
 from kai_ray.values.resources import GPU
 from tests.unit.dra_builders import (
@@ -269,9 +270,14 @@ def test_malformed_selectors_are_reasons_not_crashes(
         pytest.param(exact(device_class_name="nope"), "no DeviceClass 'nope'", id="unknown class"),
         pytest.param(exact(adminAccess=True), "admin access is not supported", id="admin access"),
         pytest.param(
-            exact(capacity={"requests": {"memory": "10Gi"}}),
-            "capacity requests are not supported",
-            id="a capacity request",
+            exact(capacity={"requests": {"memory": "100Gi"}}),
+            "0 free of 0",
+            id="a capacity request larger than any device",
+        ),
+        pytest.param(
+            exact(mode="All", capacity={"requests": {"memory": "10Gi"}}),
+            "capacity requests with allocationMode All are not supported",
+            id="capacity requests for All",
         ),
     ],
 )
@@ -414,3 +420,60 @@ def test_what_a_pending_claim_asks_for_in_queue_resources() -> None:
     assert asked[GPU] == 1 + 4, "All at least one device; firstAvailable its first choice"
     held = allocated_resources(claim("c", first_choice), ["pick/small"], inv, mapping)
     assert held[GPU] == 1
+
+
+def shareable(
+    node: str, devices: int, memory: str = "80Gi", policy: dict[str, Any] | None = None
+) -> ResourceSlice:
+    """A slice whose devices several claims may share, by memory."""
+    built = make_slice(node).gpus(devices, memory=memory).build()
+    raw = built.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    for device in raw["spec"]["devices"]:
+        device["allowMultipleAllocations"] = True
+        if policy is not None:
+            device["capacity"]["memory"]["requestPolicy"] = policy
+    return type(built).model_validate(raw)
+
+
+def share(name: str, memory: str) -> ResourceClaim:
+    return claim(name, exact(capacity={"requests": {"memory": memory}}))
+
+
+def test_shareable_devices_are_packed_by_the_capacity_claims_consume() -> None:
+    inv = inventory(shareable("n1", 2))
+    first = allocate([share("a", "30Gi"), share("b", "30Gi"), share("c", "30Gi")], "n1", inv, set())
+    assert isinstance(first, Allocation)
+    devices = [c.devices[0] for c in first.claims]
+    assert [d.ref.device for d in devices] == ["gpu-0", "gpu-0", "gpu-1"]  # 30 + 30 <= 80
+    assert all(d.shared for d in devices)
+    assert len({d.share_id for d in devices}) == 3
+    assert devices[0].consumed == (("gpu.example.com/memory", 30 * 2**30),)
+    assert first.taken == frozenset()  # nobody holds a shared device whole
+    consumed = {devices[0].ref: {"gpu.example.com/memory": 60 * 2**30}}
+    again = allocate([share("d", "30Gi")], "n1", inv, set(), consumed)
+    assert isinstance(again, Allocation)
+    assert again.claims[0].devices[0].ref.device == "gpu-1"  # 20Gi left on gpu-0
+    full = {d.ref: {"gpu.example.com/memory": 60 * 2**30} for d in inv.devices_on("n1")}
+    assert "0 free of 2" in refused(allocate([share("e", "30Gi")], "n1", inv, set(), full))
+
+
+def test_a_request_policy_rounds_what_a_claim_consumes() -> None:
+    policy = {"default": "10Gi", "validRange": {"min": "10Gi", "max": "40Gi", "step": "10Gi"}}
+    inv = inventory(shareable("n1", 1, policy=policy))
+    result = allocate([share("a", "12Gi"), claim("b", exact())], "n1", inv, set())
+    assert isinstance(result, Allocation)
+    a, b = (c.devices[0] for c in result.claims)
+    assert a.consumed == (("gpu.example.com/memory", 20 * 2**30),)  # rounded up a step
+    assert b.consumed == (("gpu.example.com/memory", 10 * 2**30),)  # the default
+    assert "0 free of 0" in refused(allocate([share("c", "50Gi")], "n1", inv, set()))
+
+
+def test_the_allocation_written_names_what_a_share_consumes() -> None:
+    from kai_ray.state.dra_status import allocation_body
+
+    inv = inventory(shareable("n1", 1))
+    result = allocate([share("a", "30Gi")], "n1", inv, set())
+    assert isinstance(result, Allocation)
+    (written,) = allocation_body(result.claims[0])["devices"]["results"]
+    assert written["consumedCapacity"] == {"memory": str(30 * 2**30)}
+    assert written["shareID"] == result.claims[0].devices[0].share_id

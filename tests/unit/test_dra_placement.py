@@ -92,9 +92,10 @@ def cluster(
     )
 
 
-def cycle(objects: ClusterObjects) -> tuple[Snapshot, CycleResult]:
+def cycle(objects: ClusterObjects, strategy: str = "binpack") -> tuple[Snapshot, CycleResult]:
     snapshot = build_snapshot(objects)
-    config = SchedulerConfig.model_validate({"spec": {"actions": ["allocate"]}})
+    spec = {"actions": ["allocate"], "placementStrategy": strategy}
+    config = SchedulerConfig.model_validate({"spec": spec})
     return snapshot, run_cycle(snapshot, config, 1, 100.0)
 
 
@@ -385,3 +386,60 @@ def test_a_placeholder_counts_its_claim_templates_and_does_not_wait_for_claims()
     assert placeholder.claim_wait == ""
     (bind,) = result.plan.binds
     assert bind.claims == ()
+
+
+def shareable_slice(node: str, devices: int) -> dict[str, Any]:
+    raw = dump(make_slice(node).gpus(devices, memory="80Gi").build())
+    for device in raw["spec"]["devices"]:
+        device["allowMultipleAllocations"] = True
+    return raw
+
+
+def test_claims_for_part_of_a_device_are_packed_as_fractional_gpus() -> None:
+    claims = [
+        raw_claim(f"c{i}", exact(capacity={"requests": {"memory": "30Gi"}})) for i in range(3)
+    ]
+    pods = [claim_pod(f"p{i}", f"g{i}", f"c{i}") for i in range(3)]
+    slices = [shareable_slice(n, 2) for n in ("n0", "n1")]
+    objects = cluster(pods, [group(f"g{i}", 1) for i in range(3)], claims, slices=slices)
+    snapshot, result = cycle(objects)
+    pod = snapshot.pods[f"{NS}/p0"]
+    assert pod.gpu_fraction == 30 / 80 and pod.requests["gpu"] == 0
+    binds = sorted(result.plan.binds, key=lambda b: b.pod)
+    assert len(binds) == 3 and len({b.node for b in binds}) == 1  # packed on one node
+    assert all(b.gpu_fraction == 30 / 80 for b in binds)
+    shares = [b.claims[0].devices[0] for b in binds]
+    assert all(d.shared for d in shares)
+    assert sorted(d.ref.device for d in shares) == ["gpu-0", "gpu-0", "gpu-1"]
+
+
+def test_an_allocated_share_counts_what_it_consumes_and_leaves_the_rest() -> None:
+    held = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {
+                        "request": "gpus",
+                        "driver": "gpu.example.com",
+                        "pool": "n0",
+                        "device": "gpu-0",
+                        "consumedCapacity": {"memory": "60Gi"},
+                        "shareID": "6f1f5f64-0000-4000-8000-000000000001",
+                    }
+                ]
+            }
+        },
+    }
+    claims = [
+        raw_claim("held", exact(capacity={"requests": {"memory": "60Gi"}}), status=held),
+        raw_claim("want", exact(capacity={"requests": {"memory": "30Gi"}})),
+    ]
+    pods = [claim_pod("busy", "b", "held", node="n0"), claim_pod("p", "g", "want")]
+    objects = cluster(
+        pods, [group("b", 1), group("g", 1)], claims, slices=[shareable_slice("n0", 1)], nodes=1
+    )
+    snapshot, result = cycle(objects)
+    assert snapshot.pods[f"{NS}/busy"].gpu_fraction == 60 / 80
+    assert result.plan.binds == []  # 20Gi of the one device left
+    reason = result.plan.status_of(f"{NS}/g").reason
+    assert "has no GPU device with room for the share" in reason, reason

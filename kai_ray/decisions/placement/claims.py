@@ -97,7 +97,7 @@ def allocation_on(tx: Transaction, pod: PodState, node: int) -> Allocation | Una
                 f"{claim_name(view.claims[key])} was given devices {name} cannot reach"
             )
         reused.append(ClaimAllocation(held.namespace, held.name, held.devices, where, new=False))
-    result = allocate(fresh, name, view.inventory, tx.dra_taken())
+    result = allocate(fresh, name, view.inventory, tx.dra_taken(), tx.dra_consumed())
     if isinstance(result, Unallocatable) or not reused:
         return result
     return Allocation(name, (*reused, *result.claims))

@@ -252,7 +252,7 @@ def place_on(
     devices = choose_devices(tx, shape, node, ctx.config)
     fraction = float(shape.fraction[node]) if shape.shares_gpu else 0.0
     bind = Bind(pod.key, ctx.group.key, tx.snapshot.node_names[node], devices, fraction, claims)
-    took = frozenset(d.ref for c in claims if c.new for d in c.devices)
+    took = frozenset(d.ref for c in claims if c.new for d in c.devices if not d.shared)
     taken = shape.taken(node, tx.snapshot.column(GPU))
     tx.place(Placement(bind, node, taken, fraction, dra_devices=took))
 
