@@ -41,14 +41,19 @@ from .polling import eventually
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 90
 LEASE_NAMESPACE = "kube-system"
+#: The DeviceClass of tests/e2e/test_dra_scheduling.py: its devices count as GPUs.
+DRA_GPU_CLASS = "gpu.e2e.kai-ray.io"
 #: The settings the e2e operators run with: a short cycle keeps the tests short.
-CONFIG = """\
+CONFIG = f"""\
 apiVersion: config.kai-ray.io/v1alpha1
 kind: SchedulerConfig
 metadata:
   name: e2e
 spec:
   cyclePeriod: 500ms
+  dra:
+    deviceClasses:
+      {DRA_GPU_CLASS}: gpu
 """
 
 

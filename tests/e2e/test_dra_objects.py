@@ -139,7 +139,19 @@ def test_the_claim_writes_are_accepted_and_undone(
     claim = parse_model(ResourceClaim, {**served, "spec": spec})
     allocation = allocate([claim], node, inventory, set())
     assert isinstance(allocation, Allocation), allocation
-    pod = Consumer("trainer-0", str(uuid.uuid4()))
+    # a pod that exists (of no scheduler that runs): the resource claim controller
+    # drops reservations of pods that do not, and deallocates what nobody reserves
+    pending = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "trainer-0", "namespace": namespace},
+        "spec": {
+            "schedulerName": "kai-ray-e2e-unscheduled",
+            "containers": [{"name": "main", "image": "example.invalid/x:1"}],
+        },
+    }
+    made = json.loads(_kubectl(control_plane, "create", "-f", "-", "-o", "json", body=pending))
+    pod = Consumer("trainer-0", made["metadata"]["uid"])
 
     _patch(control_plane, allocation_write(claim, allocation.claims[0], pod), namespace)
     written = parse_model(
