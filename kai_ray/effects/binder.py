@@ -332,8 +332,7 @@ class Binder:
             )
             if not result.ok:
                 self._release_claims(bind, bind.claims[:done], uid)
-                message = f"ResourceClaim {claim.namespace}/{claim.name}: {result.message}"
-                return WriteResult(result.outcome, message)
+                return result
         return WriteResult(Outcome.DONE)
 
     def _release_claims(self, bind: Bind, claims: Iterable[ClaimAllocation], uid: str) -> None:

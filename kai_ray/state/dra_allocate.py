@@ -416,9 +416,27 @@ class _Search:
             return None
         if len(free) < request.device_count:
             return (
-                f"{where} needs {request.device_count} {what}; {len(free)} free of {len(matching)}"
+                f"{where} needs {request.device_count} {what}; {len(free)} free of "
+                f"{len(matching)}{self._left_out(request, matching)}"
             )
         return None
+
+    def _left_out(self, request: ExactDeviceRequest, matching: list[InventoryDevice]) -> str:
+        """What kept the class's other devices out: the request's selectors or capacity."""
+        device_class = self.inventory.classes[request.deviceClassName]
+        of_class = class_members(self.inventory.devices_on(self.node), device_class)
+        if of_class <= len(matching):
+            return ""
+        kept = []
+        if request.selectors:
+            expressions = " and ".join(s.cel.expression for s in request.selectors)
+            kept.append(f"its selectors ({expressions})")
+        if request.capacity is not None and request.capacity.requests:
+            kept.append("its capacity requests")
+        if any(d.taints for d in self.inventory.devices_on(self.node)):
+            kept.append("their taints")
+        by = " or ".join(kept) or "the request"
+        return f"; {of_class - len(matching)} of the class left out by {by}"
 
 
 def _passes(device: InventoryDevice, selectors: Sequence[DeviceSelector], where: str) -> bool:

@@ -96,6 +96,10 @@ class DraView:
     #: Mapped class -> the capacities (qualified) of one of its shareable devices:
     #: what a share is measured against.
     share_capacity: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    #: Mapped classes with devices reachable from several nodes, and those devices:
+    #: they count as no node's room, so a claim on them counts in no queue resource.
+    pooled: frozenset[str] = frozenset()
+    pooled_devices: frozenset[DeviceRef] = frozenset()
     problems: tuple[Problem, ...] = ()
     #: Bad claims by key: the problem a pod using them waits on.
     broken: Mapping[str, str] = field(default_factory=dict)
@@ -163,10 +167,13 @@ class DraView:
         allocation = claim.status.allocation
         if allocation is not None:
             for result in map(result_of, allocation.devices.results):
-                self._add(classes.get(result.request, ""), 1, dict(result.consumed), counts)
+                if result.ref not in self.pooled_devices:
+                    self._add(classes.get(result.request, ""), 1, dict(result.consumed), counts)
             return
         for request in claim.spec.devices.requests:
             _, exact = request.alternatives()[0]
+            if exact.deviceClassName in self.pooled:
+                continue
             count = exact.device_count if exact.allocationMode == "ExactCount" else 1
             driver_of = self.share_capacity.get(exact.deviceClassName, {})
             wanted = {}
@@ -220,6 +227,10 @@ class DeviceSide:
     node_labels: Mapping[str, Mapping[str, str]]
     problems: tuple[Problem, ...]
     share_capacity: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    #: Mapped classes with devices reachable from several nodes (a pool's).
+    pooled: frozenset[str] = frozenset()
+    #: Devices reachable from several nodes.
+    pooled_devices: frozenset[DeviceRef] = frozenset()
 
 
 def build_device_side(
@@ -240,6 +251,7 @@ def build_device_side(
         _domain_labels(inventory, settings),
         tuple(problems),
         _share_capacity(inventory, settings),
+        *_pooled(inventory, settings),
     )
 
 
@@ -298,6 +310,8 @@ def build_dra_view(
         node_resources=devices.node_resources,
         node_labels=devices.node_labels,
         share_capacity=devices.share_capacity,
+        pooled=devices.pooled,
+        pooled_devices=devices.pooled_devices,
         problems=tuple(problems),
         broken=broken,
     )
@@ -408,6 +422,22 @@ def _share_capacity(inventory: Inventory, settings: DraSettings) -> dict[str, di
                 found[class_name] = dict(member.view.capacity)
                 break
     return found
+
+
+def _pooled(
+    inventory: Inventory, settings: DraSettings
+) -> tuple[frozenset[str], frozenset[DeviceRef]]:
+    """Mapped classes that have devices reachable from several nodes, and every such
+    device. Node room counts a node's own devices only, so a claim on a pooled
+    device counts in no queue resource (docs/dra.md)."""
+    devices = {d.ref: d for own in inventory.by_node.values() for d in own if d.node is None}
+    classes = frozenset(
+        name
+        for name, device_class in inventory.classes.items()
+        if class_resource(name, inventory, settings) is not None
+        and class_members(list(devices.values()), device_class)
+    )
+    return classes, frozenset(devices)
 
 
 def _domain_labels(inventory: Inventory, settings: DraSettings) -> dict[str, dict[str, str]]:

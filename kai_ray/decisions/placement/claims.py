@@ -108,3 +108,14 @@ def claims_reason(tx: Transaction, pod: PodState) -> str:
     if pod.claim_wait:
         return f"pod {pod.key} waits: {pod.claim_wait}"
     return f"pod {pod.key}: no node can reach the devices its ResourceClaims ask for"
+
+
+def claims_example(tx: Transaction, pod: PodState, node: int) -> str:
+    """Why the pod's claims cannot be met on `node` even with every device free,
+    for a failure message ("" when they can)."""
+    if pod.claim_wait:
+        return pod.claim_wait
+    view = tx.snapshot.dra
+    claims = [view.claims[key] for key in pod.claims]
+    result = allocate(claims, tx.snapshot.node_names[node], view.inventory, frozenset())
+    return result.reason if isinstance(result, Unallocatable) else ""

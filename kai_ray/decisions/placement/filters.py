@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kai_ray.decisions.placement.claims import claims_mask, claims_signature
+from kai_ray.decisions.placement.claims import claims_example, claims_mask, claims_signature
 from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.state.nodes import Taint
 from kai_ray.state.pod_states import PodState
@@ -177,6 +177,15 @@ def describe_taint(taint: Taint) -> str:
     return f"{taint.key}{value}:{taint.effect}"
 
 
+def _claims_example(tx: Transaction, pod: PodState, rejected: Flags) -> str:
+    """Why the first node of `rejected` cannot serve the pod's claims, as " (on n: why)"."""
+    nodes = np.flatnonzero(rejected)
+    if not len(nodes):
+        return ""
+    why = claims_example(tx, pod, int(nodes[0])).replace("|", "\u2223")
+    return f" (on {tx.snapshot.node_names[int(nodes[0])]}: {why})" if why else ""
+
+
 def static_rejections(tx: Transaction, pod: PodState, within: Flags) -> Counter[str]:
     """How many nodes of `within` each filter rejects (the first failing filter per node).
 
@@ -203,11 +212,13 @@ def static_rejections(tx: Transaction, pod: PodState, within: Flags) -> Counter[
         if not tolerated(taint, pod.tolerations)
     ]
     if pod.claim_entries:
+        rejected = ~claims_mask(tx, pod)
+        example = _claims_example(tx, pod, left & rejected)
         stages.append(
             (
-                "cannot reach the devices its ResourceClaims ask for|cannot reach the devices "
-                "its ResourceClaims ask for",
-                ~claims_mask(tx, pod),
+                f"cannot reach the devices its ResourceClaims ask for{example}|cannot reach "
+                f"the devices its ResourceClaims ask for{example}",
+                rejected,
             )
         )
     for reason, rejected in stages:
