@@ -443,3 +443,15 @@ def test_an_allocated_share_counts_what_it_consumes_and_leaves_the_rest() -> Non
     assert result.plan.binds == []  # 20Gi of the one device left
     reason = result.plan.status_of(f"{NS}/g").reason
     assert "has no GPU device with room for the share" in reason, reason
+
+
+def test_a_claim_on_a_pooled_device_of_a_mapped_class_fits_and_counts_in_no_queue() -> None:
+    pool = make_slice(None).gpus(1, product="switch").build()
+    slices = [dump(make_slice("n0").gpus(8).build()), dump(pool)]
+    selector = 'device.attributes["gpu.example.com"].productName == "switch"'
+    claims = [raw_claim("sw", exact(count=1, selectors=[selector]))]
+    objects = cluster([claim_pod("p", "g", "sw")], [group("g", 1)], claims, slices=slices, nodes=1)
+    snapshot, result = cycle(objects)
+    assert snapshot.pods[f"{NS}/p"].requests["gpu"] == 0
+    (bind,) = result.plan.binds
+    assert [d.ref.pool for d in bind.claims[0].devices] == ["shared"]
