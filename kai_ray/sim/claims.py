@@ -75,6 +75,8 @@ class ClaimController:
         self._cycle = cycle
         self._versions = itertools.count(1)
         self.claims: dict[str, Obj] = {}
+        #: Which claim holds each allocated device (kept with every store and delete).
+        self._holders: dict[DeviceRef, str] = {}
         self.templates: dict[str, Obj] = {_key(t): t for t in dra.claim_templates}
         classes = [DeviceClass.model_validate(c) for c in dra.device_classes]
         #: Only the classes: enough to tell which queue resource a device counts as.
@@ -157,7 +159,7 @@ class ClaimController:
                 self.release(namespace, entry.claim, uid)
             owners = claim["metadata"].get("ownerReferences") or ()
             if uid and any(o.get("uid") == uid for o in owners):
-                del self.claims[key]
+                self._forget(key)
                 self._cache.delete(RESOURCE_CLAIM, key)
         (pod.get("status") or {}).pop("resourceClaimStatuses", None)
 
@@ -192,10 +194,9 @@ class ClaimController:
         return DONE
 
     def _check_free(self, key: str, wanted: set[DeviceRef]) -> None:
-        for other, raw in self.claims.items():
-            twice = wanted & devices_of(raw)
-            if other != key and twice:
-                device = sorted(f"{d.driver}/{d.pool}/{d.device}" for d in twice)[0]
+        for device in sorted(wanted):
+            other = self._holders.get(device)
+            if other is not None and other != key:
                 rule = f"device {device} given to two claims (also ResourceClaim {other})"
                 raise InvariantViolation(self._cycle(), f"ResourceClaim {key}", rule)
 
@@ -219,8 +220,17 @@ class ClaimController:
         meta["namespace"] = meta.get("namespace") or "default"
         meta.setdefault("uid", f"claim-{meta['namespace']}-{meta['name']}")
         meta["resourceVersion"] = str(next(self._versions))
-        self.claims[_key(claim)] = claim
+        key = _key(claim)
+        self._forget(key)
+        self.claims[key] = claim
+        for device in devices_of(claim):
+            self._holders.setdefault(device, key)  # a second holder is `_check_free`'s
         self._cache.upsert(claim, RESOURCE_CLAIM)
+
+    def _forget(self, key: str) -> None:
+        for device in devices_of(self.claims.pop(key, {})):
+            if self._holders.get(device) == key:
+                del self._holders[device]
 
     # ---------------------------------------------------------------- reading
 
@@ -266,7 +276,7 @@ class ClaimController:
     def devices_held(self, excluding: Iterable[str] = ()) -> set[DeviceRef]:
         """The devices of every allocated claim but those of `excluding` (keys)."""
         skip = set(excluding)
-        return {d for key, raw in self.claims.items() if key not in skip for d in devices_of(raw)}
+        return {device for device, key in self._holders.items() if key not in skip}
 
     def node_selector(self, key: str) -> NodeSelector | None:
         """Where the claim's devices can be used (None: anywhere, or not allocated)."""

@@ -126,8 +126,11 @@ def check_dra_references(dra: DraObjects, nodes: set[str]) -> None:
                 raise _fail(_ref(kind, obj), "metadata.name", f"another {kind} has the same name")
             seen.add(_key(obj))
     classes = {str(c["metadata"]["name"]) for c in dra.device_classes}
+    holders: dict[tuple[str, str, str], str] = {}
     for claim in dra.resource_claims:
-        _check_classes(ResourceClaim.model_validate(claim).spec, classes, claim, "spec")
+        model = ResourceClaim.model_validate(claim)
+        _check_classes(model.spec, classes, claim, "spec")
+        _check_allocated_once(model, holders)
     for template in dra.claim_templates:
         spec = ResourceClaimTemplate.model_validate(template).spec.spec
         _check_classes(spec, classes, template, "spec.spec")
@@ -135,6 +138,23 @@ def check_dra_references(dra: DraObjects, nodes: set[str]) -> None:
         node = (obj.get("spec") or {}).get("nodeName")
         if node and node not in nodes:
             raise _fail(_ref("ResourceSlice", obj), "spec.nodeName", f"no Node named {node!r}")
+
+
+def _check_allocated_once(claim: ResourceClaim, holders: dict[tuple[str, str, str], str]) -> None:
+    """No device is allocated to two of the input's claims."""
+    allocation = claim.status.allocation
+    name = f"{claim.metadata.namespace}/{claim.metadata.name}"
+    for i, result in enumerate(allocation.devices.results if allocation is not None else ()):
+        device = (result.driver, result.pool, result.device)
+        other = holders.setdefault(device, name)
+        if other != name:
+            field = f"status.allocation.devices.results[{i}]"
+            message = f"device {'/'.join(device)} is allocated to ResourceClaim {other} too"
+            raise _fail(
+                ObjectRef("ResourceClaim", claim.metadata.name, claim.metadata.namespace),
+                field,
+                message,
+            )
 
 
 def _check_classes(

@@ -25,7 +25,7 @@ import gc
 import heapq
 import math
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,6 +113,7 @@ class Simulation:
         )
         #: How many times each pod key was created: a pod made again is a new pod (new uid).
         self._incarnations: dict[str, int] = {}
+        self._node_index = {str(n["metadata"]["name"]): i for i, n in enumerate(self.nodes)}
         #: Decayed queue usage, carried from cycle to cycle as the operator persists it.
         self.usage: UsageState | None = None
         #: Quotas over-committed (the Queue's QuotaOverCommitted warning), each with
@@ -344,11 +345,13 @@ class Simulation:
         )
         self._hold(bind.pod, holding)
 
-    def _check_claims_reach(self, bind: Bind, claims: Iterable[str]) -> None:
+    def _check_claims_reach(self, bind: Bind, claims: Sequence[str]) -> None:
         """Invariant: every claim of a pod bound to a node is allocated, to devices the
         node can use."""
-        node = next((n for n in self.nodes if n["metadata"]["name"] == bind.node), None)
-        labels = dict((node or {}).get("metadata", {}).get("labels") or {})
+        if not claims:
+            return
+        node = self.nodes[self._node_index[bind.node]] if bind.node in self._node_index else {}
+        labels = dict(node.get("metadata", {}).get("labels") or {})
         for key in claims:
             raw = self.claims.claims[key]
             if not (raw.get("status") or {}).get("allocation"):

@@ -226,6 +226,19 @@ BAD_INPUT = [
         id="slice of a node that does not exist",
     ),
     pytest.param(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: a, namespace: ml}\n"
+        "spec: {devices: {requests: [{name: g, exactly: {deviceClassName: gpu.example.com}}]}}\n"
+        "status: {allocation: {devices: {results: [{request: g, driver: gpu.example.com, "
+        "pool: h100-0, device: gpu-0}]}}}\n---\n"
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: b, namespace: ml}\n"
+        "spec: {devices: {requests: [{name: g, exactly: {deviceClassName: gpu.example.com}}]}}\n"
+        "status: {allocation: {devices: {results: [{request: g, driver: gpu.example.com, "
+        "pool: h100-0, device: gpu-0}]}}}\n",
+        "ResourceClaim ml/b",
+        "status.allocation.devices.results[0]",
+        id="device allocated to two claims",
+    ),
+    pytest.param(
         "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.example.com}\n",
         "DeviceClass gpu.example.com",
         "metadata.name",
