@@ -131,15 +131,29 @@ def summed_free(tx: Transaction) -> Vector:
     return free
 
 
+#: Per (transaction version, evictions planned): the movable gangs in order, and their keys.
+MOVABLE = MemoKey[tuple[list[PodGroupState], frozenset[str]]]("movable gangs")
+
+
 def movable_gangs(ctx: CycleContext, target: PodGroupState) -> list[PodGroupState]:
-    """Running preemptible gangs this cycle has not touched, emptiest nodes first."""
+    """Running preemptible gangs this cycle has not touched, emptiest nodes first.
+
+    What they are depends only on the transaction's state and the plan's evictions,
+    so the list is worked out once per (version, evictions) and shared by every
+    waiting gang judged meanwhile (each attempt that fails rolls the transaction
+    back to the same version): without this, a backlog of waiting gangs would
+    each walk every group of the cluster."""
+    key = (ctx.transaction.version, len(ctx.plan.evictions))
+    gangs, keys = ctx.transaction.memo.get(MOVABLE, key, lambda: _movable_gangs(ctx))
+    if target.key in keys:
+        return [gang for gang in gangs if gang.key != target.key]
+    return gangs
+
+
+def _movable_gangs(ctx: CycleContext) -> tuple[list[PodGroupState], frozenset[str]]:
     evicted = {evict.pod for evict in ctx.plan.evictions}
     touched = evicted | set(ctx.transaction.placed) | set(ctx.transaction.removed)
-    gangs = [
-        g
-        for g in ctx.snapshot.pod_groups.values()
-        if g.key != target.key and _movable(ctx, g, touched)
-    ]
+    gangs = [g for g in ctx.snapshot.pod_groups.values() if _movable(ctx, g, touched)]
     free_gpus = ctx.transaction.free[:, ctx.snapshot.column(GPU)]
 
     def order(gang: PodGroupState) -> tuple[object, ...]:
@@ -147,7 +161,8 @@ def movable_gangs(ctx: CycleContext, target: PodGroupState) -> list[PodGroupStat
         among_equals = newest_first(gang.creation_timestamp, gang.key)
         return (-float(free_gpus[nodes].max()), gang.bound_requests[GPU], *among_equals)
 
-    return sorted(gangs, key=order)
+    ordered = sorted(gangs, key=order)
+    return ordered, frozenset(gang.key for gang in ordered)
 
 
 def _movable(ctx: CycleContext, group: PodGroupState, touched: set[str]) -> bool:
