@@ -36,7 +36,7 @@ fights spreading) and with `consolidationMaxJobs: 0`. Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.ordering import group_priority, missing_request, waiting_gangs
 from kai_ray.decisions.placement import place_extras, place_gang
+from kai_ray.decisions.placement.equivalence import signature
 from kai_ray.decisions.plan import Evict, GroupStatus, Nominate
 from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.decisions.victims import Vector, newest_first
@@ -78,11 +79,39 @@ def in_turn(ctx: CycleContext) -> list[PodGroupState]:
 
 def consolidation_for(ctx: CycleContext, group: PodGroupState) -> list[PodGroupState] | None:
     """The gangs to move so that `group` fits, with the moves left in the transaction;
-    None (and the transaction as it was) when no move within the bound does it."""
+    None (and the transaction as it was) when no move within the bound does it.
+
+    Past admission and the total, what happens reads only the transaction's state,
+    the plan's evictions (the movable gangs) and what placement reads of the gang
+    as `placeable` shows it: a gang equivalent to one no move helped at the same
+    state (`equivalence.signature`) is not tried again (`NO_MOVE`)."""
     request = missing_request(ctx.transaction, group)
     preemptible = is_preemptible(group, group_priority(group))
     if refusal(ctx.ledger, group, request, preemptible) or not fits_in_total(ctx, request):
         return None
+    shape = _attempt_key(ctx, group)
+    if shape is not None and ctx.transaction.memo.find(NO_MOVE, shape):
+        return None
+    moved = _consolidation(ctx, group)
+    if moved is None and shape is not None:
+        ctx.transaction.memo.keep(NO_MOVE, shape, True)
+    return moved
+
+
+#: Per (transaction version, evictions planned, gang signature): no move helped such a gang.
+NO_MOVE = MemoKey[bool]("no consolidation move")
+
+
+def _attempt_key(ctx: CycleContext, group: PodGroupState) -> Hashable | None:
+    """What an attempt past admission reads, or None when it is not to be kept: the
+    gang has no placement signature, or is among the movable gangs itself."""
+    placement = signature(ctx.transaction, placeable(ctx, group))
+    if placement is None or group.key in _movable_keys(ctx):
+        return None
+    return (ctx.transaction.version, len(ctx.plan.evictions), placement)
+
+
+def _consolidation(ctx: CycleContext, group: PodGroupState) -> list[PodGroupState] | None:
     mark = ctx.transaction.checkpoint()
     if try_move(ctx, group, ()):
         ctx.transaction.rollback(mark)
@@ -143,11 +172,19 @@ def movable_gangs(ctx: CycleContext, target: PodGroupState) -> list[PodGroupStat
     waiting gang judged meanwhile (each attempt that fails rolls the transaction
     back to the same version): without this, a backlog of waiting gangs would
     each walk every group of the cluster."""
-    key = (ctx.transaction.version, len(ctx.plan.evictions))
-    gangs, keys = ctx.transaction.memo.get(MOVABLE, key, lambda: _movable_gangs(ctx))
+    gangs, keys = _movable_memo(ctx)
     if target.key in keys:
         return [gang for gang in gangs if gang.key != target.key]
     return gangs
+
+
+def _movable_keys(ctx: CycleContext) -> frozenset[str]:
+    return _movable_memo(ctx)[1]
+
+
+def _movable_memo(ctx: CycleContext) -> tuple[list[PodGroupState], frozenset[str]]:
+    key = (ctx.transaction.version, len(ctx.plan.evictions))
+    return ctx.transaction.memo.get(MOVABLE, key, lambda: _movable_gangs(ctx))
 
 
 def _movable_gangs(ctx: CycleContext) -> tuple[list[PodGroupState], frozenset[str]]:

@@ -18,6 +18,10 @@ drawn from a small palette of shapes so that equivalent gangs abound):
   every option offered to the budget);
 - `consolidate.total_free`, the free room added up once per transaction version
   (plain: added up for every waiting gang);
+- `consolidate.movable_gangs`, worked out once per transaction version and
+  evictions planned (plain: for every waiting gang), and `consolidate.NO_MOVE`:
+  a gang equivalent to one no move helped at the same state is not tried again
+  (plain: every gang is tried);
 - `preempt.victims_below_anyone`, `reclaim.anyone_within_share`,
   `consolidate.some_fit_in_total`: an action is skipped whole when every attempt
   would stop at its first test at the state it starts from (no possible victim of
@@ -68,9 +72,11 @@ SHAPES = (
 
 
 @st.composite
-def clusters(draw: st.DrawFn, full: bool = False) -> ClusterObjects:
+def clusters(draw: st.DrawFn, full: bool = False, movable: bool = False) -> ClusterObjects:
     """A random cluster; `full`: every node runs preemptible 4-GPU jobs of the first
-    two teams, so that waiting gangs are placed only by taking room back."""
+    two teams, so that waiting gangs are placed only by taking room back; `movable`:
+    the running jobs are preemptible Jobs' pods (their controller makes them again),
+    so consolidation may move them to make room for a waiting gang."""
     node_count = draw(st.integers(2, 10))
     nodes, sizes = [], []
     for i in range(node_count):
@@ -88,10 +94,12 @@ def clusters(draw: st.DrawFn, full: bool = False) -> ClusterObjects:
     for j in range(0 if full else draw(st.integers(0, 2 * node_count))):
         name, node = f"run-{j}", nodes[draw(st.integers(0, node_count - 1))]["metadata"]["name"]
         group = make_pod_group(name).queue(draw(st.sampled_from(TEAMS))).min_member(1)
-        if draw(st.booleans()):
+        if not movable and draw(st.booleans()):
             group = group.priority_class("build")  # not preemptible
         groups.append(group.created(j).build())
         pod = make_pod(f"{name}-0").gpus(draw(st.sampled_from((1, 2, 4)))).group(name)
+        if movable:
+            pod = pod.controlled_by("Job", name)
         pods.append(pod.priority(draw(st.sampled_from((0, 10)))).on(node).build())
     for j in range(draw(st.integers(0, 25))):
         size, gpus, rack, selector = draw(st.sampled_from(SHAPES))
@@ -105,6 +113,49 @@ def clusters(draw: st.DrawFn, full: bool = False) -> ClusterObjects:
             if selector:
                 pod = pod.set("spec.nodeSelector", {"pool": "a"})
             pods.append(pod.build())
+    topology = make_topology("dc", "rack").hostname().build()
+    return ClusterObjects(
+        nodes=nodes, pods=pods, pod_groups=groups, queues=queues, topologies=[topology]
+    )
+
+
+@st.composite
+def fragmented_clusters(draw: st.DrawFn) -> ClusterObjects:
+    """Nodes of 8 GPUs, each partly used by preemptible Jobs' pods of 1, 2 or 4
+    GPUs (their controller makes them again), and a backlog of gangs of 4- and
+    8-GPU pods that fit the free GPUs added up but seldom on the nodes as they
+    are: consolidation moves running pods, often several times in one cycle."""
+    node_count = draw(st.integers(3, 10))
+    nodes = [
+        make_node(f"n{i}").gpus(8).in_domains(rack=f"r{i % 2}").build() for i in range(node_count)
+    ]
+    queues = [make_queue("root").build()]
+    queues += [
+        make_queue(t).parent("root").gpu(quota=draw(st.integers(4, 24))).build() for t in TEAMS
+    ]
+    pods: list[dict[str, Any]] = []
+    groups: list[dict[str, Any]] = []
+    for i, node in enumerate(nodes):
+        used = 0
+        for k in range(draw(st.integers(0, 4))):
+            gpus = draw(st.sampled_from((1, 2, 4)))
+            if used + gpus > 7:
+                break
+            used += gpus
+            name = f"run-{i}-{k}"
+            team = draw(st.sampled_from(TEAMS))
+            groups.append(make_pod_group(name).queue(team).min_member(1).created(i).build())
+            pod = make_pod(f"{name}-0").gpus(gpus).group(name).controlled_by("Job", name)
+            pods.append(pod.on(node["metadata"]["name"]).build())
+    for j in range(draw(st.integers(1, 12))):
+        size, gpus = draw(st.sampled_from(((1, 4), (1, 8), (2, 4), (2, 8), (1, 6))))
+        name = f"wait-{j}"
+        group = make_pod_group(name).queue(draw(st.sampled_from(TEAMS))).min_member(size)
+        if draw(st.booleans()):
+            group = group.topology("dc", required="rack")
+        groups.append(group.created(100 + draw(st.integers(0, 3))).build())
+        for k in range(size):
+            pods.append(make_pod(f"{name}-{k}").gpus(gpus).group(name).build())
     topology = make_topology("dc", "rack").hostname().build()
     return ClusterObjects(
         nodes=nodes, pods=pods, pod_groups=groups, queues=queues, topologies=[topology]
@@ -173,6 +224,8 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (preempt, "victims_below_anyone", _always),
     (reclaim, "anyone_within_share", _always),
     (consolidate, "some_fit_in_total", _always),
+    (consolidate, "_movable_memo", consolidate._movable_gangs),
+    (consolidate, "_attempt_key", lambda ctx, group: None),
 )
 
 
@@ -222,6 +275,22 @@ def test_on_a_full_cluster_the_shortcuts_plan_what_the_plain_path_plans(
     plain_path: Callable[[bool], None], objects: ClusterObjects
 ) -> None:
     """Reclaim and preempt at work: room is made only by evicting."""
+    plain_path(True)
+    plain = _plan(objects)
+    plain_path(False)
+    assert _fields(_plan(objects)) == _fields(plain)
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(objects=fragmented_clusters())
+def test_with_movable_jobs_the_shortcuts_plan_what_the_plain_path_plans(
+    plain_path: Callable[[bool], None], objects: ClusterObjects
+) -> None:
+    """Consolidation at work: running Jobs' pods moved so that a waiting gang fits."""
     plain_path(True)
     plain = _plan(objects)
     plain_path(False)
