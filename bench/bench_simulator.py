@@ -15,6 +15,15 @@
 4. Runs a sweep of `--sweep-variants` variants (the first 6 virtual hours, so the
    whole thing stays minutes) on Ray and with `--no-ray`, and reports the speed-up.
 With `--write-docs` the figures replace the "Simulator" section of docs/benchmarks.md.
+
+`--workload overloaded` is the oversubscribed week instead: `--nodes` x 8 GPUs in
+racks of 8, eight team queues of equal quota and over-quota weights 1 to 3, and
+`--jobs` batch Jobs given as one YAML file (60 % single pods of 1-8 GPUs, 40 %
+gangs of 2-16 eight-GPU pods, three quarters of the gangs of 4-8 pods
+rack-required; durations 10 minutes to 8 hours), about twice what the cluster
+can run over `--days`. `--compare DIR` also runs `kai-ray simulate` from the code
+in DIR (a `git worktree` of the baseline commit) on the same files, with
+`--compare-until` as its virtual end when the baseline cannot finish the week.
 """
 
 from __future__ import annotations
@@ -25,7 +34,6 @@ import os
 import platform
 import random
 import re
-import resource
 import shlex
 import subprocess
 import sys
@@ -84,6 +92,71 @@ def write_cluster(folder: Path, nodes: int) -> Path:
     return path
 
 
+OVERLOADED_TEAMS = 8
+OVERLOADED_CLUSTER = """\
+apiVersion: sim.kai-ray.io/v1alpha1
+kind: NodePool
+metadata: {{name: h100}}
+spec:
+  count: {nodes}
+  namePrefix: h100
+  capacity: {{cpu: "192", memory: 2Ti, nvidia.com/gpu: 8, pods: 110}}
+  topology:
+    - {{label: kai-ray.io/rack, domains: {racks}}}
+---
+apiVersion: scheduling.kai-ray.io/v1alpha1
+kind: Topology
+metadata: {{name: datacenter}}
+spec:
+  levels:
+    - {{nodeLabel: kai-ray.io/rack, alias: rack}}
+    - {{nodeLabel: kubernetes.io/hostname, alias: node}}
+---
+apiVersion: config.kai-ray.io/v1alpha1
+kind: SchedulerConfig
+metadata: {{name: default}}
+spec: {{cyclePeriod: 10s}}
+"""
+
+
+def write_overloaded(folder: Path, nodes: int, jobs: int, days: float, seed: int) -> list[Path]:
+    """The oversubscribed week: cluster.yaml and jobs.yaml (batch Jobs, one YAML file)."""
+    import yaml
+
+    from kai_ray.sim.job_trace import job_document
+
+    text = OVERLOADED_CLUSTER.format(nodes=nodes, racks=max(1, nodes // 8))
+    quota = nodes * 8 // OVERLOADED_TEAMS
+    for team in range(OVERLOADED_TEAMS):
+        weight = 1 + team % 3
+        text += QUEUE.format(name=f"team-{team}", quota=quota, weight=weight)
+    cluster = folder / "cluster.yaml"
+    cluster.write_text(text)
+    rng = random.Random(seed)
+    submits = sorted(rng.uniform(0, days * 86400) for _ in range(jobs))
+    documents = [
+        job_document(overloaded_row(rng, submit), line, "datacenter")
+        for line, submit in enumerate(submits, start=1)
+    ]
+    workload = folder / "jobs.yaml"
+    with workload.open("w") as handle:
+        yaml.dump_all(documents, handle, Dumper=yaml.CSafeDumper, sort_keys=False)
+    return [cluster, workload]
+
+
+def overloaded_row(rng: random.Random, submit: float) -> dict[str, str]:
+    """One job of the oversubscribed week: a single pod or a gang of eight-GPU pods."""
+    row = {"submit": f"{submit:.0f}", "queue": f"team-{rng.randrange(OVERLOADED_TEAMS)}"}
+    row["duration"] = f"{rng.uniform(600, 8 * 3600):.0f}"
+    if rng.random() < 0.6:
+        row.update(pods="1", gpus_per_pod=str(rng.randint(1, 8)), topology="")
+        return row
+    pods = rng.randint(4, 8) if rng.random() < 0.75 else rng.randint(2, 16)
+    rack = 4 <= pods <= 8 and rng.random() < 0.75
+    row.update(pods=str(pods), gpus_per_pod="8", topology="rack" if rack else "")
+    return row
+
+
 def job_row(rng: random.Random, submit: float) -> dict[str, object]:
     """One job: a single pod (60 %) or a gang of 2-16 eight-GPU pods."""
     team = rng.choices([t[0] for t in TEAMS], weights=[3, 3, 2])[0]
@@ -115,16 +188,22 @@ def write_trace(folder: Path, jobs: int, days: float, seed: int) -> Path:
     return path
 
 
-def timed(command: list[str]) -> tuple[float, float, str]:
-    """Wall seconds, peak RSS of the child in MiB, and its stdout."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+def timed(
+    command: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> tuple[float, float, str]:
+    """Wall seconds, peak RSS of this child alone in MiB (`wait4`), and its stdout."""
+    environment = {**os.environ, **(env or {})}
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
-    elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"failed ({done.returncode}): {shlex.join(command)}\n{done.stderr}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return elapsed, max(peak, before) / 1024, done.stdout
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=err, env=environment)
+        _, status, usage = os.wait4(child.pid, 0)
+        elapsed = time.perf_counter() - start
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if child.returncode != 0:
+            sys.exit(f"failed ({child.returncode}): {shlex.join(command)}\n{err.read()}")
+        return elapsed, usage.ru_maxrss / 1024, out.read()
 
 
 def machine() -> str:
@@ -139,9 +218,14 @@ def machine() -> str:
 def main() -> None:
     args = _arguments()
     folder = Path(tempfile.mkdtemp(prefix="kai-ray-bench-"))
+    lines = [f"machine: {machine()}", f"workload: {folder} (seed {args.seed})"]
+    if args.workload == "overloaded":
+        inputs = write_overloaded(folder, args.nodes, args.jobs, args.days, args.seed)
+        lines += overloaded(folder, inputs, args)
+        print("\n".join(lines), flush=True)
+        return
     cluster = write_cluster(folder, args.nodes)
     trace = write_trace(folder, args.jobs, args.days, args.seed)
-    lines = [f"machine: {machine()}", f"workload: {folder} (seed {args.seed})"]
     command = [*KAI_RAY, "simulate", str(cluster), "--trace", str(trace), "--quiet"]
     command += ["--report", str(folder / "report.json")]
     seconds, rss, _ = timed(command)
@@ -157,6 +241,24 @@ def main() -> None:
         lines += sweep(folder, cluster, trace, args.sweep_variants)
     if args.write_docs:
         write_docs(lines)
+
+
+def overloaded(folder: Path, inputs: list[Path], args: argparse.Namespace) -> list[str]:
+    """The oversubscribed week by this code, and by the baseline's when `--compare` names it."""
+    out: list[str] = []
+    sides = [("new", ROOT, args.until)]
+    if args.compare:
+        sides.insert(0, ("baseline", Path(args.compare).resolve(), args.compare_until))
+    for side, code, until in sides:
+        report = folder / f"{side}.json"
+        command = [*KAI_RAY, "simulate", *map(str, inputs), "--quiet", "--report", str(report)]
+        command += ["--until", until] if until else []
+        seconds, rss, _ = timed(command, env={"PYTHONPATH": str(code)}, cwd=code)
+        out += [f"{side} ({code}): $ {_shown(command, folder)}"]
+        out += [f"  {seconds:.1f} s wall, peak RSS {rss:.0f} MiB"]
+        out += ["  " + line for line in _summary(report)]
+        print("\n".join(out[-3:]), flush=True)
+    return out
 
 
 def single_run(folder: Path, cluster: Path, trace: Path) -> list[str]:
@@ -222,7 +324,9 @@ def _summary(report: Path) -> list[str]:
 
     summary = json.loads(report.read_text())["summary"]
     return [
-        f"simulated: {summary['jobs']} jobs, {summary['pods_bound']} bindings, "
+        f"simulated: {summary['jobs']} jobs "
+        f"({summary.get('jobs_waiting', '?')} waiting at the end), "
+        f"{summary['pods_bound']} bindings, {summary.get('evictions', 0)} evictions, "
         f"{summary['cycles']} cycles, {summary['end_s'] / 86400:.1f} virtual days, "
         f"GPU utilisation {summary['gpu_utilisation']:.1%}, "
         f"wait p50 {summary['wait_s']['p50'] or 0:.0f} s, p95 {summary['wait_s']['p95'] or 0:.0f} s"
@@ -268,6 +372,10 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--skip-single", action="store_true", help="skip the full run")
     parser.add_argument("--profile-hours", type=float, default=6.0, help="0: no profile")
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--workload", choices=("light", "overloaded"), default="light")
+    parser.add_argument("--until", default="", help="overloaded: the new code's virtual end")
+    parser.add_argument("--compare", default="", help="overloaded: a worktree of the baseline")
+    parser.add_argument("--compare-until", default="", help="overloaded: the baseline's end")
     return parser.parse_args()
 
 

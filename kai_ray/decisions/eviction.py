@@ -45,6 +45,7 @@ from kai_ray.decisions.ordering import (
     waiting_gangs,
 )
 from kai_ray.decisions.placement import equivalence, place_gang
+from kai_ray.decisions.placement.domains import Scope, resolve
 from kai_ray.decisions.placement.filters import static_mask
 from kai_ray.decisions.plan import Evict
 from kai_ray.decisions.runtime import Protection, started_at
@@ -55,6 +56,7 @@ from kai_ray.decisions.victims import (
     PodVector,
     Vector,
     VictimUnit,
+    pods_fitting,
     select_victims,
     unit_order,
     victim_units,
@@ -96,6 +98,8 @@ def evict_to_fit(
     tx, need = ctx.transaction, job_need(ctx.transaction, group)
     if need is None or not units:
         return None
+    if no_domain_could_hold(ctx, group, units, new_budget):
+        return None
     for slack in SLACK:
         wanted = dataclasses.replace(need, count=need.count + int(slack * need.count))
         chosen = select_victims(tx.free, wanted, units, _vector(tx), _node_of(tx), new_budget())
@@ -111,6 +115,47 @@ def evict_to_fit(
     # their queues): then every victim the budget allows is tried.
     everything = whole_gangs(_everything(units, new_budget()), units)
     return _fit_and_trim(ctx, group, everything, admits) if new_budget().take(everything) else None
+
+
+def no_domain_could_hold(
+    ctx: CycleContext,
+    group: PodGroupState,
+    units: Sequence[VictimUnit],
+    new_budget: Callable[[], Budget],
+) -> bool:
+    """A gang whose members must share one domain of a required topology level, and
+    for which no domain of that level could hold them even were every victim the
+    budget allows on its own gone: then no set of victims can let it fit, and the
+    search (cluster-wide, then with more slack, then with everything) is not made.
+
+    Exact: every set the search tries is taken by a fresh budget, which (as
+    `refuses_every` relies on) refuses no set whose every member it would not take
+    alone; so the free room any try gives is at most this one. Placement puts the
+    missing members on nodes of one domain, each pod where it passes its own
+    filters and fits; so that domain's nodes would count at least as many pods of
+    the smallest request among the pending ones, on nodes some of them may use.
+    A gang with subgroups (their own constraints) is never cut."""
+    constraint = group.spec.topologyConstraint
+    if constraint is None or constraint.requiredLevel is None or group.spec.subGroups:
+        return False
+    tx = ctx.transaction
+    scope = resolve(tx, constraint, constraint.topology)
+    if not isinstance(scope, Scope) or scope.fallback_to_all:
+        return False
+    free = tx.free.copy()
+    index = tx.snapshot.node_index
+    for unit in units:
+        if new_budget().take([unit]):
+            for pod in unit.pods:
+                free[index[pod.node or ""]] += held_vector(tx.snapshot, pod)
+    pending = group.pending
+    smallest = np.array([held_vector(tx.snapshot, pod) for pod in pending]).min(axis=0)
+    allowed = np.logical_or.reduce([static_mask(tx, pod) for pod in pending])
+    fits = np.where(allowed, pods_fitting(free, smallest), 0)
+    node_domain = scope.tree.levels[scope.levels[-1]].node_domain
+    inside = node_domain >= 0
+    per_domain = np.bincount(node_domain[inside], weights=fits[inside])
+    return bool(per_domain.max(initial=0) < len(group.missing))
 
 
 def whole_gangs(chosen: Sequence[VictimUnit], units: Sequence[VictimUnit]) -> list[VictimUnit]:

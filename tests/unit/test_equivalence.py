@@ -13,6 +13,9 @@ drawn from a small palette of shapes so that equivalent gangs abound):
 - `eviction.Refusals`: reclaim and preempt answer a job equal to one they were
   refused for at the same transaction and ledger versions without a second
   search (plain: every job is tried);
+- `eviction.no_domain_could_hold`: the victim search is not made for a gang with
+  a required topology level that no domain of it could hold even were every victim
+  the budget allows on its own gone (plain: the search is made, and fails);
 - `FairShareBudget.refuses_every`: the victim search gives up at once when the
   budget refuses each possible victim on its own (plain: every node weighed and
   every option offered to the budget);
@@ -226,6 +229,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (consolidate, "some_fit_in_total", _always),
     (consolidate, "_movable_memo", consolidate._movable_gangs),
     (consolidate, "_attempt_key", lambda ctx, group: None),
+    (eviction, "no_domain_could_hold", lambda ctx, group, units, new_budget: False),
 )
 
 
