@@ -16,6 +16,7 @@ import functools
 import logging
 import os
 import socket
+import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,10 @@ class OperatorOptions:
 #: Set by `main` before kopf starts (kopf handlers take no arguments of ours).
 OPTIONS = OperatorOptions()
 _RUNNING: dict[str, Any] = {}
+#: Set once the admission webhook listens: `/readyz` waits for it when a webhook is
+#: served, so that neither a Service nor a test calls a webhook that is not there yet
+#: (the API server ignores a webhook it cannot reach: pods would go through ungated).
+WEBHOOK_SERVING = threading.Event()
 
 
 def read_config(path: Path | None) -> SchedulerConfig:
@@ -132,7 +137,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         service = OPTIONS.webhook_service
         named = _service_dns_name(service) if service else OPTIONS.webhook_host
         files = ensure_certificate(OPTIONS.webhook_cert_dir, named)
-        server = ServiceWebhookServer if service else kopf.WebhookServer
+        server = ServiceWebhookServer if service else ServingWebhookServer
         settings.admission.server = server(
             addr=OPTIONS.webhook_host,
             port=OPTIONS.webhook_port,
@@ -151,7 +156,17 @@ def _service_dns_name(service: str) -> str:
     return f"{name}.{namespace}.svc"
 
 
-class ServiceWebhookServer(kopf.WebhookServer):
+class ServingWebhookServer(kopf.WebhookServer):
+    """kopf's webhook server, which says when it listens: kopf yields the client
+    configuration only after its site has started."""
+
+    async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
+        async for config in super().__call__(fn):
+            WEBHOOK_SERVING.set()
+            yield config
+
+
+class ServiceWebhookServer(ServingWebhookServer):
     """kopf's webhook server, registered by a Service reference (`--webhook-service`)
     instead of a URL: in a cluster, the API server reaches pods through a Service."""
 
@@ -181,12 +196,16 @@ def _start(options: OperatorOptions) -> None:
     loop = SchedulingLoop(api, loop_options)
     loop.start()
     _RUNNING["loop"] = loop
-    _RUNNING["health"] = serve_health(
-        options.bind_address, options.health_port, loop.alive, loop.synced
-    )
+    ready = functools.partial(_ready, loop, options.webhook_host is not None)
+    _RUNNING["health"] = serve_health(options.bind_address, options.health_port, loop.alive, ready)
     if options.metrics_port:
         start_http_server(options.metrics_port, addr=options.bind_address)
     LOG.info("kai-ray %s started (leader election: %s)", options.identity, options.leader_elect)
+
+
+def _ready(loop: SchedulingLoop, webhook: bool) -> bool:
+    """Every watched kind listed, and the admission webhook listening if one is served."""
+    return loop.synced() and (not webhook or WEBHOOK_SERVING.is_set())
 
 
 @kopf.on.cleanup()

@@ -1,7 +1,8 @@
 """Health and readiness endpoints for the operator's probes, on their own port.
 
 `/healthz` answers 200 while the scheduling loop and its watches are alive;
-`/readyz` answers 200 once every watched kind has been listed. Each answer's
+`/readyz` answers 200 once every watched kind has been listed (and the operator
+says the admission webhook listens, when it serves one). Each answer's
 body says which check failed. Runs in a daemon thread; no other I/O.
 """
 

@@ -121,6 +121,21 @@ def test_the_webhook_is_registered_with_a_ca_its_certificate_holds_for(
     assert operator.running() and operator.probe("/healthz") == 200
 
 
+def test_a_restarted_operator_is_ready_only_once_its_webhook_listens(
+    operator: OperatorProcess,
+) -> None:
+    """`/readyz` waits for the webhook: a replica a Service sends calls to answers
+    them (the API server ignores a webhook it cannot reach, so pods created in
+    that gap would go through without their gate)."""
+    port = int(operator.argv[operator.argv.index("--webhook-port") + 1])
+    operator.kill()
+    operator.start()
+    eventually(lambda: operator.probe("/readyz") == 200, timeout=120, what="ready", interval=0.005)
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
+    assert operator.running() and operator.probe("/readyz") == 200
+
+
 def test_the_webhook_private_key_is_its_owners_only(operator: OperatorProcess) -> None:
     if "--webhook-cert-dir" in operator.argv:
         folder = Path(operator.argv[operator.argv.index("--webhook-cert-dir") + 1])
