@@ -195,13 +195,14 @@ def select_victims(
     if budget.refuses_every(units):
         return None  # no option would be taken: weighing the nodes would find none
     by_node = _units_by_node(sorted(units, key=unit_order), need.allowed, node_of)
-    options: list[_NodeOption] = []
+    sizes: dict[int, list[int]] = {}
     for node, on_node in by_node.items():
-        released = _released(on_node, node, pod_vector, node_of, free.shape[1])
-        fits = int(fits_now[node])
-        option = _node_option(free[node], need, on_node, released, (fits, missing), node)
-        if option is not None:
-            options.append(option)
+        sizes.setdefault(len(on_node), []).append(node)
+    options: list[_NodeOption] = []
+    for nodes in sizes.values():
+        for start in range(0, len(nodes), _BATCH_NODES):
+            batch = [(node, by_node[node]) for node in nodes[start : start + _BATCH_NODES]]
+            options += _node_options(free, need, batch, fits_now, missing, pod_vector, node_of)
     options.sort(key=lambda o: o.key)
     return _take_options(options, missing, budget)
 
@@ -230,41 +231,76 @@ def _released(
     return rows
 
 
-def _node_option(
-    free: Vector,
+#: Nodes weighed in one batch (bounds the arrays: nodes x candidate sets x resources).
+_BATCH_NODES = 64
+
+
+def _node_options(
+    free: Matrix,
     need: Need,
-    units: list[VictimUnit],
-    released: Matrix,
-    fits_and_missing: tuple[int, int],
-    node: int,
-) -> _NodeOption | None:
-    """The least disruptive set of the node's units that makes the most pods fit
-    there (but never more than the job still misses), or None when none helps."""
-    fits_now, missing = fits_and_missing
-    sets = _candidate_sets(units)
+    batch: Sequence[tuple[int, list[VictimUnit]]],
+    fits_now: npt.NDArray[np.int64],
+    missing: int,
+    pod_vector: PodVector,
+    node_of: NodeOf,
+) -> list[_NodeOption]:
+    """For each node of `batch` (all with as many units), the least disruptive set of
+    its units that makes the most pods fit there (but never more than the job still
+    misses), unless none helps. Weighed for the whole batch at once: per node its
+    candidate sets (`_candidate_sets`), the pods each set lets fit, and among the sets
+    that let the most fit, the one with the fewest whole gangs, then units, then GPUs
+    given back, then the lowest priority, then whose oldest unit is the newest."""
+    nodes = np.array([node for node, _ in batch])
+    units_of = [units for _, units in batch]
+    n = len(units_of[0])
+    sets = np.stack([_candidate_sets(units) for units in units_of])  # nodes x sets x units
     weights = sets.astype(np.float64)
-    fits = pods_fitting(free + weights @ released, need.vector)
-    best = min(int(fits.max()), fits_now + missing)
-    if best <= fits_now:
-        return None
-    rows = sets[fits >= best]
-    chosen_rows = rows.astype(np.float64)
-    cores = chosen_rows @ np.array([0.0 if u.extra else 1.0 for u in units])
-    counts = chosen_rows.sum(axis=1)
-    gpus = np.round(chosen_rows @ released[:, need.gpu_column], 6)
-    priority = np.where(rows, np.array([u.priority for u in units]), np.iinfo(np.int64).min)
-    # The oldest victim of each set, by rank among equals (0: the newest): smaller first.
-    by_age = sorted(range(len(units)), key=lambda i: units[i].among_equals)
-    rank = np.empty(len(units), dtype=np.int64)
-    rank[by_age] = np.arange(len(units))
-    oldest = np.where(rows, rank, -1).max(axis=1)
-    row = int(np.lexsort((oldest, priority.max(axis=1), gpus, counts, cores))[0])
-    chosen = [u for u, taken in zip(units, rows[row], strict=True) if taken]
-    gain = best - fits_now
-    per_pod = (float(cores[row]) / gain, float(counts[row]) / gain, float(gpus[row]) / gain)
-    last = units[int(np.flatnonzero(rank == oldest[row])[0])]
-    key = (*per_pod, int(priority[row].max()), *last.among_equals, node)
-    return _NodeOption(node, chosen, gain, key)
+    released = np.stack(
+        [_released(units, node, pod_vector, node_of, free.shape[1]) for node, units in batch]
+    )  # nodes x units x resources
+    total = free[nodes][:, None, :] + weights @ released
+    fits = pods_fitting(total.reshape(-1, free.shape[1]), need.vector).reshape(sets.shape[:2])
+    now = fits_now[nodes]
+    best = np.minimum(fits.max(axis=1), now + missing)
+    helps = best > now
+    if not helps.any():
+        return []
+    core = np.array([[0.0 if u.extra else 1.0 for u in units] for units in units_of])
+    cores = (weights @ core[:, :, None])[:, :, 0]
+    counts = weights.sum(axis=2)
+    gpus = np.round((weights @ released[:, :, need.gpu_column, None])[:, :, 0], 6)
+    priorities = np.array([[u.priority for u in units] for units in units_of])
+    priority = np.where(sets, priorities[:, None, :], np.iinfo(np.int64).min).max(axis=2)
+    # The oldest unit of each set, by rank among the node's equals (0: the newest).
+    by_age = [_by_age(units) for units in units_of]
+    rank = np.empty((len(batch), n), dtype=np.int64)
+    rank[np.arange(len(batch))[:, None], np.array(by_age)] = np.arange(n)
+    oldest = np.where(sets, rank[:, None, :], -1).max(axis=2)
+    refused = fits < best[:, None]
+    owner = np.repeat(np.arange(len(batch)), sets.shape[1])
+    keys = (oldest, priority, gpus, counts, cores, refused)
+    order = np.lexsort((*(k.ravel() for k in keys), owner))
+    rows = order[:: sets.shape[1]] - np.arange(len(batch)) * sets.shape[1]
+    options = []
+    for i in np.flatnonzero(helps):
+        row = int(rows[i])
+        units, node = units_of[i], int(nodes[i])
+        chosen = [u for u, taken in zip(units, sets[i, row], strict=True) if taken]
+        gain = int(best[i] - now[i])
+        per_pod = (
+            float(cores[i, row]) / gain,
+            float(counts[i, row]) / gain,
+            float(gpus[i, row]) / gain,
+        )
+        last = units[by_age[i][int(oldest[i, row])]]
+        key = (*per_pod, int(priority[i, row]), *last.among_equals, node)
+        options.append(_NodeOption(node, chosen, gain, key))
+    return options
+
+
+def _by_age(units: Sequence[VictimUnit]) -> list[int]:
+    """The units' indexes from the newest to the oldest among equals."""
+    return sorted(range(len(units)), key=lambda i: units[i].among_equals)
 
 
 def _candidate_sets(units: Sequence[VictimUnit]) -> npt.NDArray[np.bool_]:

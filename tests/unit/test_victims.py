@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from kai_ray.decisions.victims import (
     Budget,
@@ -154,3 +156,135 @@ def test_the_least_disruptive_set_on_a_node(
     specs: list[tuple[str, int, int, list[str], int]], gpus: float, chosen: list[str]
 ) -> None:
     assert _select(groups(*specs), _on_n0(gpus)) == chosen
+
+
+# ------------------------------------------- the batched choice against a plain one
+
+SPECS = st.lists(
+    st.tuples(
+        st.integers(1, 3),  # minMember: the pods above it are elastic extras
+        st.sampled_from([1, 2, 4]),  # GPUs per pod
+        st.lists(st.sampled_from(["n0", "n1", "n2", "n3"]), min_size=1, max_size=5),
+        st.integers(0, 5),  # created
+        st.sampled_from([10, 50]),  # priority
+    ),
+    min_size=2,
+    max_size=9,
+)
+
+
+def _plain_choice(
+    free: np.ndarray, need: Need, units: list[VictimUnit], node: int, fits_now: int, missing: int
+) -> tuple[tuple[object, ...], list[VictimUnit], int] | None:
+    """One node's option as the rule reads, set by set in plain Python."""
+    n = len(units)
+    if n <= 10:
+        sets = [[bool(code >> k & 1) for k in range(n)] for code in range(1, 1 << n)]
+    else:
+        sets = [[k <= i for k in range(n)] for i in range(n)]
+    cores = {u.group.key for i, u in enumerate(units) if not u.extra}
+    for chosen in sets:  # a core takes its group's extras on this node along
+        picked = {units[i].group.key for i in range(n) if chosen[i] and not units[i].extra}
+        for i, unit in enumerate(units):
+            chosen[i] = chosen[i] or (unit.extra and unit.group.key in picked & cores)
+    here = [
+        sum(p.requests["nvidia.com/gpu"] for p in u.pods if p.node == f"n{node}") for u in units
+    ]
+
+    def fits(chosen: list[bool]) -> int:
+        room = free[node, GPU_COLUMN] + sum(g for g, c in zip(here, chosen, strict=True) if c)
+        return int(np.floor(max(room, 0.0) / need.vector[GPU_COLUMN] + 1e-9))
+
+    best = min(max(fits(c) for c in sets), fits_now + missing)
+    if best <= fits_now:
+        return None
+    age = sorted(range(n), key=lambda i: units[i].among_equals)
+
+    def rank(chosen: list[bool]) -> tuple[object, ...]:
+        members = [i for i in range(n) if chosen[i]]
+        return (
+            sum(not units[i].extra for i in members),
+            len(members),
+            round(sum(here[i] for i in members), 6),
+            max(units[i].priority for i in members),
+            max(age.index(i) for i in members),
+        )
+
+    chosen = min((c for c in sets if fits(c) >= best), key=rank)
+    cores_n, count, gpus, priority, oldest = rank(chosen)
+    gain = best - fits_now
+    last = units[age[int(oldest)]]
+    key = (cores_n / gain, count / gain, gpus / gain, priority, *last.among_equals, node)
+    return key, [u for u, c in zip(units, chosen, strict=True) if c], gain
+
+
+@settings(max_examples=400, deadline=None)
+@example(  # fewer GPUs back goes before a lower priority
+    specs=[
+        (1, 1, ["n0"], 0, 50),
+        (1, 2, ["n0"], 1, 10),
+        (1, 4, ["n0"], 2, 50),
+        (1, 1, ["n0"], 3, 50),
+    ],
+    gpus=1.0,
+    count=1,
+    allowed=[True, False, False, False],
+)
+@given(
+    specs=SPECS,
+    gpus=st.sampled_from([1.0, 2.0, 4.0, 8.0]),
+    count=st.integers(1, 6),
+    allowed=st.lists(st.booleans(), min_size=4, max_size=4).filter(any),
+)
+def test_the_batched_node_choice_is_the_plain_one(
+    specs: list[tuple[int, int, list[str], int, int]], gpus: float, count: int, allowed: list[bool]
+) -> None:
+    """`select_victims` weighs the nodes with as many units together, in arrays; the
+    victims it returns are those of weighing each node's sets one by one."""
+    found = groups(*((f"g{i}", m, g, nodes, c) for i, (m, g, nodes, c, _) in enumerate(specs)))
+    priority = {f"g{i}": spec[4] for i, spec in enumerate(specs)}
+    units = [
+        u for g in found.values() for u in victim_units(g, priority[g.name], g.creation_timestamp)
+    ]
+    used = np.zeros((4, 4))
+    for group in found.values():
+        for pod in group.pods:
+            used[int((pod.node or "n0")[1:]), GPU_COLUMN] += pod.requests["nvidia.com/gpu"]
+    free = np.zeros((4, 4))
+    free[:, GPU_COLUMN] = 8.0
+    free -= used
+    need = Need(np.array([0.0, 0.0, gpus, 0.0]), count, np.array(allowed), GPU_COLUMN)
+    vector = lambda pod: np.array([0.0, 0.0, pod.requests["nvidia.com/gpu"], 0.0])  # noqa: E731
+    chosen = select_victims(
+        free, need, units, vector, lambda p: int((p.node or "n0")[1:]), Budget()
+    )
+    fits_now = [
+        int(np.floor(max(free[i, GPU_COLUMN], 0.0) / gpus + 1e-9)) if allowed[i] else 0
+        for i in range(4)
+    ]
+    missing = count - sum(fits_now)
+    if missing <= 0:
+        assert chosen == []
+        return
+    ordered = sorted(units, key=unit_order)
+    options = []
+    for node in range(4):
+        on_node = [
+            u for u in ordered if allowed[node] and any(p.node == f"n{node}" for p in u.pods)
+        ]
+        option = (
+            _plain_choice(free, need, on_node, node, fits_now[node], missing) if on_node else None
+        )
+        if option is not None:
+            options.append(option)
+    taken: dict[int, VictimUnit] = {}
+    gained, expected = 0, None
+    for _, members, gain in sorted(options, key=lambda o: o[0]):
+        taken.update((id(u), u) for u in members)
+        gained += gain
+        if gained >= missing:
+            expected = list(taken.values())
+            break
+    assert (None if chosen is None else [u.label() for u in chosen]) == (
+        None if expected is None else [u.label() for u in expected]
+    )
