@@ -144,8 +144,9 @@ def no_domain_could_hold(
         return False
     free = tx.free.copy()
     index = tx.snapshot.node_index
+    budget = new_budget()
     for unit in units:
-        if new_budget().take([unit]):
+        if budget.takes_alone(unit):
             for pod in unit.pods:
                 free[index[pod.node or ""]] += held_vector(tx.snapshot, pod)
     pending = group.pending

@@ -154,6 +154,11 @@ class FairShareBudget(Budget):
         self._below: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         #: Per victim-side queue, the resources contested where it meets the reclaimer.
         self._contested_for: dict[str, tuple[str, ...]] = {}
+        #: What `take` refused since it last took (it refuses the same again: a refusal
+        #: changes nothing), by the amounts it judged per queue.
+        self._refused: set[tuple[tuple[object, ...], ...]] = set()
+        #: `takes_alone`'s answers by victim leaf and amounts.
+        self._alone: dict[tuple[object, ...], bool] = {}
 
     def reclaimer_within_share(self) -> bool:
         """With the job added, the reclaimer's leaf stays within its fair share. Every
@@ -179,13 +184,35 @@ class FairShareBudget(Budget):
                 amounts = taking.setdefault(q, {})
                 for r in self.asked:
                     amounts[r] = amounts.get(r, 0.0) + unit.requests[r]
+        judged = self.judged_key(taking)
+        if judged is not None and judged in self._refused:
+            return False
         if not all(self._may_lose(q, amounts) for q, amounts in taking.items()):
+            if judged is not None:
+                self._refused.add(judged)
             return False
         for q, amounts in taking.items():
             taken = self.taken.setdefault(q, {})
             for r, amount in amounts.items():
                 taken[r] = taken.get(r, 0.0) + amount
+        self._refused.clear()
         return True
+
+    def judged_key(
+        self, taking: Mapping[str, Mapping[str, float]]
+    ) -> tuple[tuple[object, ...], ...] | None:
+        """What `take` judges: the amounts taken from each queue (everything else it
+        reads, the ledger and what was taken before, stays the same until it takes)."""
+        return tuple((q, *amounts.values()) for q, amounts in taking.items())
+
+    def takes_alone(self, unit: VictimUnit) -> bool:
+        if self.taken:
+            raise ValueError("takes_alone is asked of a budget that took nothing")
+        key = (unit.queue, *(unit.requests[r] for r in self.asked))
+        answer = self._alone.get(key)
+        if answer is None:
+            answer = self._alone[key] = self._may_lose_alone(unit.queue, unit.requests)
+        return answer
 
     def refuses_every(self, units: Sequence[VictimUnit]) -> bool:
         """Nothing taken yet, and every unit refused on its own: then every set of

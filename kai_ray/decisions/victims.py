@@ -108,6 +108,11 @@ class Budget:
         backlog most jobs meet a budget that lets nobody go). False when unsure."""
         return False
 
+    def takes_alone(self, unit: VictimUnit) -> bool:
+        """What `take([unit])` answers on a budget that took nothing (asked of one
+        that took nothing: the answer is not counted as taken)."""
+        return True
+
 
 def victim_units(group: PodGroupState, priority: int, started: str) -> list[VictimUnit]:
     """Elastic extras one by one (newest first), then the minimum core as one unit.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +81,12 @@ class ClusterObjects:
         )
 
 
+@functools.lru_cache(maxsize=64)
+def _columns(resource_names: tuple[str, ...]) -> dict[str, int]:
+    """Each column's index by resource name (`Snapshot.vector` is called per pod)."""
+    return {name: i for i, name in enumerate(resource_names)}
+
+
 @dataclass(frozen=True)
 class Snapshot:
     #: Column order of every matrix: cpu, memory, nvidia.com/gpu, then the rest sorted.
@@ -127,11 +134,13 @@ class Snapshot:
 
     def vector(self, amounts: Mapping[str, float]) -> Matrix:
         """A resource vector laid out in column order; unknown resources raise KeyError."""
-        row = np.zeros(len(self.resource_names), dtype=np.float64)
+        columns = _columns(self.resource_names)
+        row = np.zeros(len(columns), dtype=np.float64)
         for name, amount in amounts.items():
-            if canonical_name(name) not in self.resource_names:
+            column = columns.get(canonical_name(name))
+            if column is None:
                 raise KeyError(f"resource {name!r} is not a column of this snapshot")
-            row[self.column(name)] = amount
+            row[column] = amount
         return row
 
     @property

@@ -19,6 +19,10 @@ drawn from a small palette of shapes so that equivalent gangs abound):
 - `FairShareBudget.refuses_every`: the victim search gives up at once when the
   budget refuses each possible victim on its own (plain: every node weighed and
   every option offered to the budget);
+- `FairShareBudget.judged_key`: a budget refuses what it refused since it last
+  took without judging it again, and `FairShareBudget.takes_alone` keeps its
+  answers per victim queue and amounts (plain: judged every time; a fresh budget
+  per unit);
 - `consolidate.total_free`, the free room added up once per transaction version
   (plain: added up for every waiting gang);
 - `consolidate.movable_gangs`, worked out once per transaction version and
@@ -37,6 +41,7 @@ must be equal field by field, statuses and reasons included.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -75,11 +80,14 @@ SHAPES = (
 
 
 @st.composite
-def clusters(draw: st.DrawFn, full: bool = False, movable: bool = False) -> ClusterObjects:
+def clusters(
+    draw: st.DrawFn, full: bool = False, movable: bool = False, mixed: bool = False
+) -> ClusterObjects:
     """A random cluster; `full`: every node runs preemptible 4-GPU jobs of the first
     two teams, so that waiting gangs are placed only by taking room back; `movable`:
     the running jobs are preemptible Jobs' pods (their controller makes them again),
-    so consolidation may move them to make room for a waiting gang."""
+    so consolidation may move them to make room for a waiting gang; `mixed` (with
+    `full`): the running jobs are of 1, 2 or 4 GPUs."""
     node_count = draw(st.integers(2, 10))
     nodes, sizes = [], []
     for i in range(node_count):
@@ -93,7 +101,7 @@ def clusters(draw: st.DrawFn, full: bool = False, movable: bool = False) -> Clus
     pods: list[dict[str, Any]] = []
     groups: list[dict[str, Any]] = []
     if full:
-        _fill(draw, nodes, sizes, pods, groups)
+        _fill(draw, nodes, sizes, pods, groups, mixed)
     for j in range(0 if full else draw(st.integers(0, 2 * node_count))):
         name, node = f"run-{j}", nodes[draw(st.integers(0, node_count - 1))]["metadata"]["name"]
         group = make_pod_group(name).queue(draw(st.sampled_from(TEAMS))).min_member(1)
@@ -171,15 +179,21 @@ def _fill(
     sizes: list[int],
     pods: list[dict[str, Any]],
     groups: list[dict[str, Any]],
+    mixed: bool = False,
 ) -> None:
-    """Every node full of preemptible 4-GPU jobs of team-a or team-b, each its own gang."""
+    """Every node full of preemptible jobs of team-a or team-b, each its own gang: of
+    4 GPUs, or (`mixed`) of 1, 2 or 4."""
     for i, (node, size) in enumerate(zip(nodes, sizes, strict=True)):
-        for k in range(size // 4):
-            name = f"run-{i}-{k}"
+        left, k = size, 0
+        while left:
+            gpus = draw(st.sampled_from([g for g in (1, 2, 4) if g <= left])) if mixed else 4
+            name, left, k = f"run-{i}-{k}", left - gpus, k + 1
             team = draw(st.sampled_from(TEAMS[:2]))
             groups.append(make_pod_group(name).queue(team).min_member(1).created(i).build())
-            pod = make_pod(f"{name}-0").gpus(4).group(name).priority(draw(st.sampled_from((0, 10))))
-            pods.append(pod.on(node["metadata"]["name"]).build())
+            pod = make_pod(f"{name}-0").gpus(gpus).group(name)
+            pods.append(
+                pod.priority(draw(st.sampled_from((0, 10)))).on(node["metadata"]["name"]).build()
+            )
 
 
 def plain_running_units(
@@ -230,6 +244,14 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (consolidate, "_movable_memo", consolidate._movable_gangs),
     (consolidate, "_attempt_key", lambda ctx, group: None),
     (eviction, "no_domain_could_hold", lambda ctx, group, units, new_budget: False),
+    (FairShareBudget, "judged_key", lambda budget, taking: None),
+    (
+        FairShareBudget,
+        "takes_alone",
+        lambda budget, unit: FairShareBudget(
+            budget.ledger, budget.contested, budget.leaf, budget.job
+        ).take([unit]),
+    ),
 )
 
 
@@ -274,7 +296,7 @@ def test_a_cycle_with_its_shortcuts_plans_what_the_plain_path_plans(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(objects=clusters(full=True))
+@given(objects=st.one_of(clusters(full=True), clusters(full=True, mixed=True)))
 def test_on_a_full_cluster_the_shortcuts_plan_what_the_plain_path_plans(
     plain_path: Callable[[bool], None], objects: ClusterObjects
 ) -> None:
@@ -299,3 +321,55 @@ def test_with_movable_jobs_the_shortcuts_plan_what_the_plain_path_plans(
     plain = _plan(objects)
     plain_path(False)
     assert _fields(_plan(objects)) == _fields(plain)
+
+
+#: `FairShareBudget.take` and `.takes_alone` as the module defines them (the test
+#: below wraps them).
+TAKE, TAKES_ALONE = FairShareBudget.take, FairShareBudget.takes_alone
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(objects=st.one_of(clusters(full=True), clusters(full=True, mixed=True)))
+def test_a_fair_share_budget_answers_as_one_judging_afresh(
+    monkeypatch: pytest.MonkeyPatch, objects: ClusterObjects
+) -> None:
+    """Every `take` of reclaim's budgets in a cycle, against a budget in the same
+    state (what it took so far) that keeps no refusals; every `takes_alone`
+    against a fresh budget's `take` of the one unit."""
+    differ: list[tuple[str, ...]] = []
+    probes: dict[int, FairShareBudget] = {}
+
+    def checked(budget: FairShareBudget, units: list[VictimUnit]) -> bool:
+        # Each unit offered is also asked of one budget that never takes, per budget
+        # (its answers kept across many units of one queue): as a fresh `take`.
+        probe = probes.setdefault(id(budget), _afresh(budget))
+        for unit in units:
+            if TAKES_ALONE(probe, unit) != TAKE(_afresh(budget), [unit]):
+                differ.append(("probe", unit.label()))
+        fresh = _afresh(budget)
+        fresh.taken = copy.deepcopy(budget.taken)
+        fresh.judged_key = lambda taking: None  # type: ignore[method-assign]
+        expected = TAKE(fresh, units)
+        answer = TAKE(budget, units)
+        if answer != expected:
+            differ.append(tuple(u.label() for u in units))
+        return answer
+
+    def checked_alone(budget: FairShareBudget, unit: VictimUnit) -> bool:
+        answer = TAKES_ALONE(budget, unit)
+        if answer != TAKE(_afresh(budget), [unit]):
+            differ.append(("alone", unit.label()))
+        return answer
+
+    monkeypatch.setattr(FairShareBudget, "take", checked)
+    monkeypatch.setattr(FairShareBudget, "takes_alone", checked_alone)
+    _plan(objects)
+    assert not differ
+
+
+def _afresh(budget: FairShareBudget) -> FairShareBudget:
+    return FairShareBudget(budget.ledger, budget.contested, budget.leaf, budget.job)
