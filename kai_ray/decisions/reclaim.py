@@ -207,7 +207,7 @@ class FairShareBudget(Budget):
 
     def takes_alone(self, unit: VictimUnit) -> bool:
         if self.taken:
-            raise ValueError("takes_alone is asked of a budget that took nothing")
+            raise ValueError("takes_alone asked of a budget that has taken units already")
         key = (unit.queue, *(unit.requests[r] for r in self.asked))
         answer = self._alone.get(key)
         if answer is None:

@@ -276,11 +276,17 @@ def _fields(plan: Plan) -> tuple[object, ...]:
     return (plan.binds, plan.evictions, plan.nominations, statuses, plan.wake_at)
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+def drawn(examples: int) -> Any:
+    """Hypothesis settings of these tests: `examples` clusters, no deadline, and the
+    fixtures (the plain-path switch, monkeypatch) shared across examples."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
+
+@drawn(150)
 @given(objects=clusters())
 def test_a_cycle_with_its_shortcuts_plans_what_the_plain_path_plans(
     plain_path: Callable[[bool], None], objects: ClusterObjects
@@ -291,11 +297,7 @@ def test_a_cycle_with_its_shortcuts_plans_what_the_plain_path_plans(
     assert _fields(_plan(objects)) == _fields(plain)
 
 
-@settings(
-    max_examples=100,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@drawn(100)
 @given(objects=st.one_of(clusters(full=True), clusters(full=True, mixed=True)))
 def test_on_a_full_cluster_the_shortcuts_plan_what_the_plain_path_plans(
     plain_path: Callable[[bool], None], objects: ClusterObjects
@@ -307,11 +309,7 @@ def test_on_a_full_cluster_the_shortcuts_plan_what_the_plain_path_plans(
     assert _fields(_plan(objects)) == _fields(plain)
 
 
-@settings(
-    max_examples=100,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@drawn(100)
 @given(objects=fragmented_clusters())
 def test_with_movable_jobs_the_shortcuts_plan_what_the_plain_path_plans(
     plain_path: Callable[[bool], None], objects: ClusterObjects
@@ -328,11 +326,7 @@ def test_with_movable_jobs_the_shortcuts_plan_what_the_plain_path_plans(
 TAKE, TAKES_ALONE = FairShareBudget.take, FairShareBudget.takes_alone
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@drawn(150)
 @given(objects=st.one_of(clusters(full=True), clusters(full=True, mixed=True)))
 def test_a_fair_share_budget_answers_as_one_judging_afresh(
     monkeypatch: pytest.MonkeyPatch, objects: ClusterObjects
