@@ -189,6 +189,23 @@ def test_reason_counts_each_cause_per_node() -> None:
     )
 
 
+def test_nodes_too_small_in_all_are_told_from_nodes_that_are_full() -> None:
+    nodes = [
+        make_node("small1").gpus(8).build(),
+        make_node("small2").gpus(8).build(),
+        make_node("big").gpus(16).build(),
+        make_node("cpu").build(),
+    ]
+    pods = [make_pod("busy").gpus(4).on("big").build(), make_pod("x").gpus(16).group("g").build()]
+    outcome, _tx = place(cluster(nodes, pods, [make_pod_group("g").queue("q").build()]))
+    reason = outcome.reason
+    assert not outcome.admitted
+    assert reason.endswith(
+        "no node fits pod default/x: 2 nodes have less than 16 nvidia.com/gpu in all, "
+        "2 nodes lack free nvidia.com/gpu"
+    ), reason
+
+
 @pytest.mark.parametrize(
     ("spec", "field"),
     [

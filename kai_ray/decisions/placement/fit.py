@@ -25,7 +25,7 @@ from kai_ray.decisions.placement.shapes import PodShape
 from kai_ray.decisions.placement.stranding import choose_least_stranding, device_for_share
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.values.config import SchedulerConfigSpec
-from kai_ray.values.resources import EPSILON, GPU
+from kai_ray.values.resources import EPSILON, GPU, format_amount
 from kai_ray.workloads.pod_fields import GPU_MEMORY_LABEL
 
 Matrix = npt.NDArray[np.float64]
@@ -134,7 +134,11 @@ def resource_rejections(tx: Transaction, shape: PodShape, nodes: Indices) -> Cou
     counts: Counter[str] = Counter()
     rejected = nodes[room_on(tx, shape, nodes) < 1]
     remaining = np.ones(rejected.size, dtype=np.bool_)
-    stages = _column_stages(tx, shape, rejected) + _device_stages(tx, shape, rejected)
+    stages = (
+        _capacity_stages(tx, shape, rejected)
+        + _column_stages(tx, shape, rejected)
+        + _device_stages(tx, shape, rejected)
+    )
     for reason, lacking in stages:
         hit = remaining & lacking
         counts[reason] += int(np.count_nonzero(hit))
@@ -164,6 +168,22 @@ def _device_stages(tx: Transaction, shape: PodShape, nodes: Indices) -> Stages:
             no_room,
         ),
     ]
+
+
+def _capacity_stages(tx: Transaction, shape: PodShape, nodes: Indices) -> Stages:
+    """Nodes that have some of a resource but less in all than the pod asks for: no
+    room freed there will ever do ("8 nodes have less than 16 nvidia.com/gpu in all").
+    Nodes with none of it lack it free, as nodes that are full do."""
+    stages = []
+    for column in shape.columns:
+        name, need = tx.snapshot.resource_names[column], shape.need[column]
+        allocatable = tx.snapshot.allocatable[nodes, column]
+        small = (allocatable > EPSILON) & (allocatable + EPSILON < need)
+        amount = format_amount(name, float(need))
+        stages.append(
+            (f"have less than {amount} {name} in all|has less than {amount} {name} in all", small)
+        )
+    return stages
 
 
 def _column_stages(tx: Transaction, shape: PodShape, nodes: Indices) -> Stages:
