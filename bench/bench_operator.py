@@ -1,16 +1,20 @@
 """The operator on a real control plane: pods bound per second against kube-scheduler.
 
 Run: `.venv/bin/python -m bench.bench_operator [--nodes 500] [--pods 4000] [--gang 512]
-[--baseline DIR] [--only kai-ray|gang|kube-scheduler] [--py-spy FILE]`
+[--rounds 3] [--baseline DIR] [--only kai-ray|gang|kube-scheduler] [--py-spy FILE]`
 (needs the binaries of `e2e/build.sh`; it brings up its own control plane on
 other ports than the e2e tests' and takes it down at the end).
 
 1. **Throughput**: `--nodes` kwok nodes of 8 GPUs; `--pods` single-GPU pods
-   created at once (16 client threads) for kai-ray, then the same pods for the
+   created at once (16 client threads) for kai-ray, and the same pods for the
    default scheduler (kube-scheduler from the same build, its client rate limit
-   lifted to 5,000 QPS). Each scheduler is frozen (SIGSTOP) while the pods are
-   created, then let go and timed to the last bind seen on a watch: the
-   scheduler's own pace, not the client's. Same control plane, same run.
+   lifted to 5,000 QPS), and with `--baseline` for the operator of another
+   checkout (under the scheduler name `kai-ray-base`). Every scheduler runs for
+   the whole run and watches every burst, as schedulers sharing a cluster do.
+   The one under test is frozen (SIGSTOP) while its burst is created, then let
+   go and timed to the last bind seen on a watch: the scheduler's own pace, not
+   the client's. `--rounds` bursts each, every round in the other order; each
+   burst and the medians are printed. Same control plane, same run.
 2. **One gang**: one PodGroup of `--gang` single-GPU pods, timed from the first
    create to the last bind, and the spread between its first and last bind.
 3. **A quiet cycle** in-process on the operator's own cache: 5,000 nodes and
@@ -152,6 +156,7 @@ def timed_run(
     bodies: list[dict[str, Any]],
     timeout: float,
     scheduler_pid: int,
+    spy: str | None = None,
 ) -> dict[str, float]:
     """Two figures per scheduler: with pods bound as they are created (creation
     paces both), and the scheduler's own throughput: it is frozen (SIGSTOP) while
@@ -169,10 +174,17 @@ def timed_run(
     finally:
         released = time.time()
         os.killpg(scheduler_pid, signal.SIGCONT)
-    done = watch.wait(len(bodies), timeout)
+    before = cpu_seconds(scheduler_pid)
+    with profiled(scheduler_pid, spy):
+        done = watch.wait(len(bodies), timeout)
+    spent = {
+        name: seconds - before.get(name, 0.0)
+        for name, seconds in cpu_seconds(scheduler_pid).items()
+    }
     times = sorted(watch.bound.values())
     last = times[-1] if times else float("nan")
     return {
+        **{f"cpu_{name}_s": seconds for name, seconds in spent.items()},
         "pods": len(bodies),
         "bound": len(times),
         "all_bound": float(done),
@@ -181,6 +193,23 @@ def timed_run(
         "pods_per_s": len(times) / (last - released) if times else 0.0,
         "first_bind_after_release_s": (times[0] - released) if times else float("nan"),
     }
+
+
+def cpu_seconds(scheduler_pid: int) -> dict[str, float]:
+    """CPU seconds (user and system) spent so far by the scheduler under test and by
+    the control plane's processes: who paid for a burst."""
+    pids = {"scheduler": scheduler_pid}
+    for name in ("kube-apiserver", "etcd", "kwok", "kube-controller-manager"):
+        path = Path(ENV["KAI_RAY_E2E_RUN"]) / "pids" / f"{name}.pid"
+        if path.exists():
+            pids[name] = int(path.read_text())
+    ticks = os.sysconf("SC_CLK_TCK")
+    spent = {}
+    for name, pid in pids.items():
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            spent[name] = (int(fields[11]) + int(fields[12])) / ticks
+    return spent
 
 
 def _has_default_sa(core: client.CoreV1Api, namespace: str) -> bool:
@@ -214,17 +243,31 @@ def delete_namespace(core: client.CoreV1Api, namespace: str) -> None:
 
 
 @contextlib.contextmanager
-def operator(exports: dict[str, str], log: Path, code: Path = REPO) -> Iterator[int]:
-    """`kai-ray operator` from the checkout (or from `code`, a worktree of a baseline)."""
+def operator(
+    exports: dict[str, str],
+    log: Path,
+    code: Path = REPO,
+    scheduler: str = "kai-ray",
+    health_port: int = 28581,
+) -> Iterator[int]:
+    """`kai-ray operator` from the checkout (or from `code`, a worktree of a
+    baseline), scheduling the pods that name `scheduler`."""
     env = {**os.environ, **exports, "PYTHONPATH": str(code)}
     args = [sys.executable, "-m", "kai_ray", "operator", "--no-webhook", "--no-leader-elect"]
-    args += ["--health-port", "28581", "--metrics-port", "0"]
+    args += ["--health-port", str(health_port), "--metrics-port", "0"]
+    if scheduler != "kai-ray":
+        config_file = log.with_suffix(".config.yaml")
+        config_file.write_text(
+            "apiVersion: config.kai-ray.io/v1alpha1\nkind: SchedulerConfig\n"
+            f"spec: {{schedulerName: {scheduler}}}\n"
+        )
+        args += ["--config", str(config_file)]
     with log.open("w") as out:
         proc = subprocess.Popen(
             args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=code, start_new_session=True
         )
         try:
-            wait_for(lambda: _ready("http://127.0.0.1:28581/readyz"), 60)
+            wait_for(lambda: _ready(f"http://127.0.0.1:{health_port}/readyz"), 60)
             yield proc.pid
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -237,7 +280,8 @@ def operator(exports: dict[str, str], log: Path, code: Path = REPO) -> Iterator[
 @contextlib.contextmanager
 def profiled(pid: int, out: str | None) -> Iterator[None]:
     """py-spy recording the operator (all threads, GIL-idle ones left out) while
-    the block runs; nothing when not asked for or py-spy is not installed."""
+    the block runs (from the release of a burst to its last bind); nothing when
+    not asked for or py-spy is not installed."""
     spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if not out or spy is None:
         yield
@@ -282,31 +326,52 @@ def live_figures(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         make_nodes(core, args.nodes)
         log = Path(tempfile.gettempdir()) / "kai-ray-bench-operator.log"
         os.environ["KUBECONFIG"] = exports["KUBECONFIG"]
-        if args.baseline:
-            with operator(exports, log.with_suffix(".baseline.log"), Path(args.baseline)) as pid:
-                bodies = [pod_body(f"p{i}", "kai-ray") for i in range(args.pods)]
-                figures["kai-ray baseline"] = timed_run(
-                    core, "bench-base", bodies, args.timeout, pid
+        run = Path(ENV["KAI_RAY_E2E_RUN"])
+        kube_scheduler = int((run / "pids" / "kube-scheduler.pid").read_text())
+        with contextlib.ExitStack() as stack:
+            # Every scheduler runs through every round (each watches every pod, as
+            # schedulers sharing a cluster do); the one under test is frozen while
+            # its burst is created.
+            pids: dict[str, tuple[str, int]] = {}
+            if args.only in ("all", "kai-ray", "gang"):
+                pids["kai-ray"] = ("kai-ray", stack.enter_context(operator(exports, log)))
+            if args.baseline:
+                base = operator(
+                    exports,
+                    log.with_suffix(".baseline.log"),
+                    Path(args.baseline),
+                    scheduler="kai-ray-base",
+                    health_port=28582,
                 )
-                delete_namespace(core, "bench-base")
-        with operator(exports, log) as pid, profiled(pid, args.py_spy):
-            if args.only in ("all", "kai-ray"):
-                bodies = [pod_body(f"p{i}", "kai-ray") for i in range(args.pods)]
-                figures["kai-ray"] = timed_run(core, "bench-kai", bodies, args.timeout, pid)
-                delete_namespace(core, "bench-kai")
+                pids["kai-ray baseline"] = ("kai-ray-base", stack.enter_context(base))
+            if args.only in ("all", "kube-scheduler"):
+                pids["kube-scheduler"] = ("default-scheduler", kube_scheduler)
+            sides = [side for side in pids if args.only != "gang"]
+            for round_ in range(args.rounds):
+                # Each round in the other order, so none always goes first.
+                for side in sides if round_ % 2 == 0 else sides[::-1]:
+                    scheduler, pid = pids[side]
+                    namespace = f"bench-{scheduler}-{round_}"
+                    bodies = [pod_body(f"p{i}", scheduler) for i in range(args.pods)]
+                    spy = args.py_spy if side == "kai-ray" and round_ == 0 else None
+                    figures[f"{side} #{round_ + 1}"] = timed_run(
+                        core, namespace, bodies, args.timeout, pid, spy
+                    )
+                    delete_namespace(core, namespace)
+            for side in sides:
+                runs = [figures[f"{side} #{r + 1}"] for r in range(args.rounds)]
+                times = sorted(run["released_to_last_bind_s"] for run in runs)
+                figures[f"{side} (median of {args.rounds})"] = {
+                    "released_to_last_bind_s": times[len(times) // 2],
+                    "pods_per_s": args.pods / times[len(times) // 2],
+                    "fastest_s": times[0],
+                    "slowest_s": times[-1],
+                }
             if args.only in ("all", "gang"):
                 mark = log.stat().st_size
                 figures["gang"] = gang_run(core, api, args.gang, args.timeout)
                 figures["gang"] |= cycles_that_bound(log, mark)
                 delete_namespace(core, "bench-gang")
-        if args.only not in ("all", "kube-scheduler"):
-            return figures
-        bodies = [pod_body(f"p{i}", "default-scheduler") for i in range(args.pods)]
-        run = Path(ENV["KAI_RAY_E2E_RUN"])
-        kube_scheduler = int((run / "pids" / "kube-scheduler.pid").read_text())
-        figures["kube-scheduler"] = timed_run(
-            core, "bench-default", bodies, args.timeout, kube_scheduler
-        )
         print(f"operator log: {log}", file=sys.stderr)
     return figures
 
@@ -409,7 +474,14 @@ def main() -> None:
     parser.add_argument(
         "--baseline",
         metavar="DIR",
-        help="also time the 4,000 pods with the operator of DIR (a git worktree), first",
+        help="also time the 4,000 pods with the operator of DIR (a git worktree), under "
+        "the scheduler name kai-ray-base",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="bursts per scheduler, each round in the other order (the median is reported)",
     )
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, {platform.python_version()}, {platform.machine()}")
