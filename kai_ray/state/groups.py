@@ -229,12 +229,14 @@ def member_problems(
 ) -> list[Problem]:
     """What the groups' build reports about one of `scheduler`'s pods (None: any
     pod): bound to a node not seen, or naming a group that no object (valid or
-    not) is keyed by. Nothing about another scheduler's pods."""
+    not) is keyed by. Nothing about another scheduler's pods, nor about a missing
+    group of a pod on its way out (its group often goes first: a namespace being
+    deleted, an owner's garbage collection)."""
     if _foreign(pod, scheduler):
         return []
     found = [_unseen_node_problem(pod)] if is_unseen(pod, node_names) else []
     key = group_of(pod)
-    if key is not None and key not in known and not pod.terminal:
+    if key is not None and key not in known and not pod.terminal and not pod.releasing:
         found.append(_orphan_problem(pod))
     return found
 

@@ -96,7 +96,10 @@ def needs_derived_group(obj: Obj, scheduler_name: str) -> bool:
     and no other workload's gang already covers them (a RayJob's cluster, a Job's
     pods, a pod that names its group). A Grove PodGang names no scheduler (its pods
     do): it is kai-ray's when it names a queue; its pods join its group only if
-    they name kai-ray's scheduler."""
+    they name kai-ray's scheduler. A workload being deleted gets none: the group
+    would go with it, and a namespace being deleted refuses it."""
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return False
     if obj.get("kind") == "PodGang":
         labels = (obj.get("metadata") or {}).get("labels") or {}
         return bool(first_of(labels, QUEUE_LABEL, QUEUE_LABEL_ALIASES))

@@ -61,6 +61,18 @@ def ray_pod(cluster: str, group: str, owner: str = "RayCluster") -> dict[str, An
         ),
         pytest.param(ours(pod()), True, id="a bare pod of kai-ray is a gang of one"),
         pytest.param(ray_pod("rc", "headgroup"), False, id="a RayCluster's pod joins its cluster"),
+        pytest.param(
+            ours(pod(name="leaving"))
+            | {
+                "metadata": {
+                    "name": "leaving",
+                    "namespace": "ns",
+                    "deletionTimestamp": "2026-01-01T00:00:00Z",
+                }
+            },
+            False,
+            id="a bare pod being deleted gets none (its namespace may be going)",
+        ),
     ],
 )
 def test_which_workloads_get_a_derived_pod_group(workload: dict[str, Any], expected: bool) -> None:
@@ -79,6 +91,26 @@ def test_a_ray_pod_joins_its_cluster_and_subgroup_or_its_rayjob() -> None:
     assert member["metadata"]["labels"][SUBGROUP_LABEL] == "gpu-workers"
     of_job = with_membership(ray_pod("rj-abcde", "headgroup"), lambda ns, cluster: "rj")
     assert of_job["metadata"]["annotations"][POD_GROUP_ANNOTATION] == "rayjob-rj"
+
+
+def test_a_pod_on_its_way_out_is_not_reported_for_the_group_that_went_first() -> None:
+    """A namespace being deleted loses its PodGroups before its pods (kwok or a
+    kubelet is still stopping them): no Event per pod about its missing group."""
+
+    def bound(name: str, deleting: bool) -> dict[str, Any]:
+        made = ours(pod(name=name, annotations={POD_GROUP_ANNOTATION: f"pod-{name}"}))
+        made["metadata"]["namespace"] = "ns"
+        made["spec"]["nodeName"] = "n1"
+        made["status"] = {"phase": "Running"}
+        if deleting:
+            made["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        return made
+
+    cache = ClusterCache("kai-ray")
+    for obj in (node("n1"), bound("leaving", True), bound("staying", False)):
+        cache.upsert(obj)
+    problems = [(p.obj.name, p.field) for p in cache.snapshot().problems]
+    assert problems == [("staying", f"metadata.annotations[{POD_GROUP_ANNOTATION}]")]
 
 
 def test_a_pod_that_names_its_group_is_left_as_it_is() -> None:
