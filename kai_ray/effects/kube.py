@@ -22,7 +22,6 @@ import datetime as dt
 import enum
 import functools
 import itertools
-import json
 import logging
 import math
 import os
@@ -35,6 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import orjson
 import urllib3
 from kubernetes import client, config
 
@@ -133,7 +133,7 @@ class Rest:
         """The response, unread (for watches); raises ApiError for a refusal."""
         params = {k: v for k, v in (query or {}).items() if v is not None}
         url = self._host + path + (f"?{urllib.parse.urlencode(params)}" if params else "")
-        data = None if body is None else json.dumps(body).encode()
+        data = None if body is None else orjson.dumps(body)
         for attempt in (1, 2):
             headers = {
                 "Accept": "application/json",
@@ -170,7 +170,7 @@ class Rest:
             data = response.read()
         finally:
             response.release_conn()
-        return json.loads(data) if data else {}
+        return orjson.loads(data) if data else {}
 
 
 def _now() -> str:
@@ -309,9 +309,9 @@ def _events(response: urllib3.BaseHTTPResponse) -> Iterator[dict[str, Any]]:
             *lines, rest = (rest + chunk).split(b"\n")
             for line in lines:
                 if line.strip():
-                    yield json.loads(line)
+                    yield orjson.loads(line)
         if rest.strip():
-            yield json.loads(rest)
+            yield orjson.loads(rest)
     finally:
         response.release_conn()
 
@@ -863,6 +863,11 @@ class WriteBacklog:
 
     def pending(self) -> int:
         return self._binds.qsize() + self._queue.qsize()
+
+    @property
+    def binding(self) -> int:
+        """Binds queued or going out."""
+        return self._binding
 
     def _put(self, urgency: Urgency, item: tuple[str, str] | Callable[[], None]) -> None:
         self._queue.put(_Queued(urgency, next(self._order), item))
