@@ -22,7 +22,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +82,11 @@ class LoopOptions:
     #: burst of thousands of new pods the writers start binding after this, not
     #: after the whole burst is decided.
     placement_budget_s: float = 3.0
+    #: ...and sooner, once it has placed that long, while the bind writers have
+    #: fewer than `bind_parallelism` binds to make: the writers never wait for a
+    #: cycle that has binds for them (a burst's first binds go out in about a
+    #: second, not after its first cycle's whole budget).
+    idle_writers_budget_s: float = 0.25
 
 
 class SchedulingLoop:
@@ -312,7 +317,11 @@ class SchedulingLoop:
             now,
             self.usage,
             totals=self.totals,
-            time_up=_Budget(self.options.placement_budget_s),
+            time_up=_Budget(
+                self.options.placement_budget_s,
+                self.options.idle_writers_budget_s,
+                lambda: self.backlog.binding < self.options.bind_parallelism,
+            ),
         )
         self.usage = result.usage
         with self.lock:
@@ -564,17 +573,30 @@ class _Budget:
     """A cycle's placement budget (`run_cycle`'s `time_up`): its clock starts at the
     first question, which the cycle asks once it has placed `HAND_OVER_AT` pods, so
     what the cycle spends before placing (fair shares, ordering thousands of new
-    gangs) does not eat it."""
+    gangs) does not eat it. It is spent after `seconds`, or after `idle_seconds`
+    when the writers are running out of binds (`writers_idle`)."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(
+        self,
+        seconds: float,
+        idle_seconds: float | None = None,
+        writers_idle: Callable[[], bool] | None = None,
+    ) -> None:
         self.seconds = seconds
-        self.end: float | None = None
+        self.idle_seconds = seconds if idle_seconds is None else idle_seconds
+        self.writers_idle = writers_idle
+        self.start: float | None = None
 
     def __call__(self) -> bool:
         now = time.monotonic()
-        if self.end is None:
-            self.end = now + self.seconds
-        return now > self.end
+        if self.start is None:
+            self.start = now
+        spent = now - self.start
+        if spent > self.seconds:
+            return True
+        return (
+            spent > self.idle_seconds and self.writers_idle is not None and self.writers_idle()
+        )
 
 
 def _untold_phase(group: PodGroupState) -> str:

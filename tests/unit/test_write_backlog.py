@@ -5,6 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
+from kai_ray.effects import scheduling_loop
 from kai_ray.effects.kube import Urgency, WriteBacklog
 
 
@@ -76,3 +79,30 @@ def test_while_binds_go_out_one_bookkeeper_works_and_the_rest_wait() -> None:
     finally:
         bind_gate.set()
         stop.set()
+
+
+def test_a_cycle_hands_its_binds_over_early_only_while_the_writers_run_dry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The placement budget: 3 s of placing, or a quarter second while the bind
+    writers have too little to do (a burst's first binds go out at once)."""
+    clock = [100.0]
+    monkeypatch.setattr(scheduling_loop.time, "monotonic", lambda: clock[0])
+    idle = [True]
+    budget = scheduling_loop._Budget(3.0, 0.25, lambda: idle[0])
+    assert not budget()  # the clock starts at the first question
+    clock[0] += 0.2
+    assert not budget()
+    clock[0] += 0.1
+    assert budget()  # writers idle: spent after 0.25 s
+    idle[0] = False
+    busy = scheduling_loop._Budget(3.0, 0.25, lambda: idle[0])
+    busy()
+    clock[0] += 2.9
+    assert not busy()  # writers busy: the cycle goes on placing
+    clock[0] += 0.2
+    assert busy()
+    plain = scheduling_loop._Budget(3.0)
+    plain()
+    clock[0] += 2.9
+    assert not plain()  # no writers to ask: the whole budget
