@@ -817,17 +817,15 @@ class WriteBacklog:
     """Writes made by worker threads in the back: binds by `workers` threads of their
     own, first come first served; the rest (PodGroup creations, statuses, Events:
     what need not hold a cycle up) by `bookkeepers` threads, most urgent first
-    (`Urgency`). Bookkeeping thus never takes a writer from a bind; while binds
-    go out, only the first bookkeeper works (the others wait for the binds to be
-    done), and while binds wait for a writer (every writer busy) none does, so
-    that in a burst the binds have the API server, and the operator's
-    interpreter, to themselves; bookkeeping catches up as the burst's last binds
-    go out. A status queued for an object replaces one queued before it and not
-    yet written: only the latest is sent."""
+    (`Urgency`). Bookkeeping thus never takes a writer from a bind; and while
+    binds wait or go out, only the first bookkeeper works (the others wait for the
+    binds to be done), so that in a burst the binds have the API server, and the
+    operator's interpreter, nearly to themselves, and bookkeeping still moves. A
+    status queued for an object replaces one queued before it and not yet written:
+    only the latest is sent."""
 
     def __init__(self, workers: int, stop: threading.Event, bookkeepers: int = 4) -> None:
         self._stop = stop
-        self._workers = workers
         self._binds: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._queue: queue.PriorityQueue[_Queued] = queue.PriorityQueue()
         self._order = itertools.count()
@@ -886,21 +884,16 @@ class WriteBacklog:
                 with self._lock:
                     self._binding -= 1
 
-    def _binds_first(self, first: bool) -> bool:
-        """Whether a bookkeeper waits for the binds: the first one while binds wait
-        for a writer, the others while any bind is queued or going out."""
-        return bool(self._binding) and (not first or self._binds.qsize() >= self._workers)
-
-    def _keep_books(self, first: bool) -> None:
+    def _keep_books(self, always: bool) -> None:
         while not self._stop.is_set():
-            if self._binds_first(first):
+            if not always and self._binding:
                 self._stop.wait(BOOKS_PAUSE_S)
                 continue
             try:
                 queued = self._queue.get(timeout=0.5)
             except queue.Empty:
                 continue
-            if self._binds_first(first):
+            if not always and self._binding:
                 self._queue.put(queued)  # binds came while it waited: back, in its place
                 continue
             item = queued.item
