@@ -184,13 +184,7 @@ class TypedKey:
 
 def typed_keys(tree: QueueTree, leaf: str) -> tuple[TypedKey, ...]:
     """Every per-type key named by the leaf or an ancestor."""
-    names = {
-        key
-        for name in (leaf, *tree.ancestors(leaf))
-        for key in tree[name].spec.resources
-        if "=" in key
-    }
-    return tuple(TypedKey(k, *k.split("=", 1)) for k in sorted(names))
+    return tuple(TypedKey(k, *k.split("=", 1)) for k in tree.typed_names(leaf))
 
 
 def typed_gpus(

@@ -8,6 +8,7 @@ name, so that every consumer walks siblings in the same order. Pure: no I/O.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -87,6 +88,20 @@ class QueueTree:
 
     def leaves(self) -> tuple[str, ...]:
         return tuple(node.name for node in self.top_down() if node.is_leaf)
+
+    def typed_names(self, leaf: str) -> tuple[str, ...]:
+        """The per-type resource keys (`label=value`) the leaf or an ancestor names,
+        sorted; kept, as the tree never changes."""
+        names = self._typed_names.get(leaf)
+        if names is None:
+            chain = (leaf, *self.ancestors(leaf))
+            found = {key for name in chain for key in self.nodes[name].spec.resources}
+            names = self._typed_names[leaf] = tuple(sorted(k for k in found if "=" in k))
+        return names
+
+    @functools.cached_property
+    def _typed_names(self) -> dict[str, tuple[str, ...]]:
+        return {}
 
 
 def build_queue_tree(
