@@ -594,9 +594,7 @@ class _Budget:
         spent = now - self.start
         if spent > self.seconds:
             return True
-        return (
-            spent > self.idle_seconds and self.writers_idle is not None and self.writers_idle()
-        )
+        return spent > self.idle_seconds and self.writers_idle is not None and self.writers_idle()
 
 
 def _untold_phase(group: PodGroupState) -> str:
