@@ -67,11 +67,11 @@ class ApiError(Exception):
         self.status, self.reason, self.body = status, reason, body
 
 
-def connect(kubeconfig: str | None = None, pool_size: int = 32) -> Rest:
+def connect(kubeconfig: str | None = None, pool_size: int = 64) -> Rest:
     """A client: the pod's service account in a cluster, else the kubeconfig.
 
-    One pool serves the operator's long-lived watches (one per kind), its sixteen
-    binders, four bookkeeping writers and the loop's own reads: 32 connections
+    One pool serves the operator's long-lived watches (one per kind), its 32
+    binders, four bookkeeping writers and the loop's own reads: 64 connections
     leave none of them waiting."""
     configuration = client.Configuration()
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
