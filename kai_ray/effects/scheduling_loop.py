@@ -494,7 +494,7 @@ class SchedulingLoop:
     def _patch_all(self, changes: list[tuple[str, str, Mapping[str, Any], ObjectRef]]) -> None:
         """Queue the statuses that changed since they were last written (in the
         back, latest wins); a PodGroup whose waiting reason changed gets an
-        Unschedulable Event."""
+        Unschedulable Event, and so do its waiting pods."""
         for kind, key, body, ref in changes:
             if self._written.get((kind, key)) != body:
                 self._queued[(kind, key)] = body
@@ -515,6 +515,14 @@ class SchedulingLoop:
         reason = str(body.get("reason") or "")
         if kind == POD_GROUP and reason and reason != before.get("reason"):
             self.writer.record_event(ref, True, "Unschedulable", reason)
+            # Its waiting pods are told too: `kubectl describe pod` is where a
+            # person looks first, and a gated pod's own condition only says
+            # that it is gated.
+            kept = self._group_bodies.get(key)
+            for pod in kept.inputs.group.pending if kept is not None else ():
+                self.writer.record_event(
+                    pod.ref(), True, "Unschedulable", f"PodGroup {ref.name}: {reason}"
+                )
 
 
 def _devices(bind: Bind) -> str:

@@ -111,6 +111,16 @@ def test_explain_prints_what_the_cluster_says_of_a_waiting_job_and_a_running_gan
     assert written[2] == "8"
     assert row(out, teams.team_b)[1:] == ["4", "none", "1", *written, "1"]
     assert "Unschedulable" in out, "the PodGroup's Event"
+    # each waiting pod of the gang is told the reason too (`kubectl describe pod`)
+    wide_pods = [p.metadata.name for p in sandbox.pods("job-name=wide")]
+    assert len(wide_pods) == 2, wide_pods
+    for name in wide_pods:
+        said = eventually(
+            lambda n=name: [e.message for e in sandbox.events(name=n, reason="Unschedulable")],
+            15,
+            f"an Unschedulable Event on pod {name}",
+        )
+        assert any(m and m.startswith("PodGroup job-wide: ") and "rack" in m for m in said), said
 
     running = kai_ray(sandbox, "explain", "pod/pair-0", "-n", sandbox.namespace)
     assert running.returncode == 0, running.stderr
