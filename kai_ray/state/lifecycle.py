@@ -82,6 +82,13 @@ def _admitted(f: GroupFacts) -> bool:
     return f.admitted is True
 
 
+def _admitted_or_bound(f: GroupFacts) -> bool:
+    """Admitted by this cycle's plan, or, the plan silent, its minimum already bound
+    (the status that said Admitted was overtaken by the binds, or a restart came
+    between): bound pods that do not run yet are starting, not waiting."""
+    return f.admitted is True or (f.admitted is None and f.bound >= f.needed)
+
+
 def _refused(f: GroupFacts) -> bool:
     return f.admitted is False
 
@@ -118,7 +125,12 @@ TRANSITIONS: tuple[Edge, ...] = (
     Edge(PENDING, EVICTED, _evicted, _EVICTED),
     # Its pods run without an admission seen: after a restart, say.
     Edge(PENDING, RUNNING, _minimum_runs, _RUNS),
-    Edge(PENDING, ADMITTED, _admitted, "the queue took the gang and there is room for minMember"),
+    Edge(
+        PENDING,
+        ADMITTED,
+        _admitted_or_bound,
+        "the queue took the gang and there is room for minMember (or minMember is bound)",
+    ),
     # ---- Admitted: placed, its pods being bound or starting.
     Edge(ADMITTED, SUCCEEDED, _finished_well, _FINISHED_WELL),
     Edge(ADMITTED, FAILED, _finished_badly, _FINISHED_BADLY),

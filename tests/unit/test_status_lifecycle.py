@@ -91,6 +91,11 @@ def test_every_edge_says_why() -> None:
         pytest.param(None, facts(pending=4, admitted=True), A, id="a new group admitted at once"),
         pytest.param(P, facts(pending=4, admitted=False), P, id="a refused group stays Pending"),
         pytest.param(A, facts(bound=4), A, id="admitted while its pods start, plan silent"),
+        pytest.param(P, facts(bound=4), A, id="its minimum bound before Admitted was written"),
+        pytest.param(
+            P, facts(bound=3, pending=1), P, id="fewer than its minimum bound, plan silent"
+        ),
+        pytest.param(P, facts(bound=4, admitted=False), P, id="minimum bound, refused: it waits"),
         pytest.param(A, facts(), A, id="admitted while its workload makes its pods"),
         pytest.param(R, facts(bound=6, running=6, admitted=True), R, id="extras do not move it"),
         pytest.param(R, facts(bound=3, running=3), R, id="a lost member alone, plan silent"),
