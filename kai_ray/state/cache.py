@@ -117,6 +117,9 @@ class ClusterCache:
         self._arrivals = 0
         self._placeholder_places: dict[str, tuple[int, Obj]] | None = None
         self._pods: dict[str, tuple[PodState | None, list[Problem]]] = {}
+        #: Each stored pod's requests, with the object they were read from (the
+        #: binder's room check sums them for every bind); None: unreadable.
+        self._requests: dict[str, tuple[Obj, Resources | None]] = {}
         #: Assumed binds expire on their own (a TTL cache on the clock passed in);
         #: `_assumed_keys` remembers them so that an expiry is noticed and re-read.
         self._assumed: TTLCache[str, Assumed] = TTLCache(
@@ -198,6 +201,7 @@ class ClusterCache:
         if kind == POD:
             self._unindex(key)
             self._pod_changed(key)
+            self._requests.pop(key, None)
             self._count_made(key, None)
             self._assumed.pop(key, None)
             self._pinned.pop(key, None)
@@ -604,9 +608,8 @@ class ClusterCache:
             return f"node {node} is gone"
         if pod is None:
             return f"pod {key} is gone"
-        try:
-            asked = pod_requests(pod)
-        except ValueError:
+        asked = self._requests_of(key, pod)
+        if asked is None:
             return None  # unreadable requests: the snapshot reports the pod
         free = _allocatable(obj) - self._held_on(node, excluding=key)
         short = [name for name in asked.insufficient(free) if asked[name] > 0]
@@ -620,11 +623,22 @@ class ClusterCache:
             obj = self._objects[POD].get(key)
             if key == excluding or obj is None or _finished(obj):
                 continue
-            try:
-                total = total + pod_requests(obj)
-            except ValueError:
-                continue
+            asked = self._requests_of(key, obj)
+            if asked is not None:
+                total = total + asked
         return total
+
+    def _requests_of(self, key: str, obj: Obj) -> Resources | None:
+        """The stored pod's requests, read once per object; None when unreadable."""
+        kept = self._requests.get(key)
+        if kept is not None and kept[0] is obj:
+            return kept[1]
+        try:
+            asked: Resources | None = pod_requests(obj)
+        except ValueError:
+            asked = None
+        self._requests[key] = (obj, asked)
+        return asked
 
     def _index(self, key: str) -> None:
         obj = self.pod(key)
