@@ -135,7 +135,7 @@ class MemoryApi:
 
 def measure(repo: str, nodes: int, pods: int) -> dict[str, float]:
     """One burst through the operator's loop of `repo`'s code."""
-    sys.path.insert(0, str(Path(repo) / "tests" / "e2e"))
+    sys.path[:0] = [repo, str(Path(repo) / "tests" / "e2e")]
     from nodes import GpuNodeSpec, node_manifest  # type: ignore[import-not-found]
 
     from bench.bench_operator import pod_body

@@ -45,6 +45,7 @@ from kai_ray.effects.reporting import merge_condition, problems_condition
 from kai_ray.effects.status import pod_group_status, queue_statuses
 from kai_ray.state.cache import POD, POD_GROUP, QUEUE, ClusterCache, object_key
 from kai_ray.state.groups import PodGroupState
+from kai_ray.state.heap import long_lived_heap, settle
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.api import Phase
 from kai_ray.values.clock import Clock, WallClock, rfc3339
@@ -274,7 +275,14 @@ class SchedulingLoop:
     # ---------------------------------------------------------------- loop
 
     def _run(self) -> None:
+        # The cache holds the cluster for as long as the operator runs: the cycle
+        # collector is tuned for that, as in the simulator (`state/heap.py`).
+        with long_lived_heap():
+            self._cycles()
+
+    def _cycles(self) -> None:
         last = 0.0
+        settled = False
         while not self.stop_event.is_set():
             self.changed.wait(timeout=self.period)
             if self.stop_event.is_set():
@@ -289,6 +297,9 @@ class SchedulingLoop:
                 self.changed.clear()
                 continue
             self.changed.clear()
+            if not settled:
+                settle()  # the cluster as first listed: kept, out of the collector's sight
+                settled = True
             try:
                 if self.run_once().cut_short:
                     self.changed.set()  # the rest of the burst: at once, no pause

@@ -17,15 +17,13 @@ simulated. Same input, same output. No I/O.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import functools
-import gc
 import heapq
 import math
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +43,7 @@ from kai_ray.sim.records import BindingRecord, JobRecord, QueueSample
 from kai_ray.sim.writer import SimWriter
 from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, TOPOLOGY, ClusterCache
 from kai_ray.state.dra_status import Consumer
+from kai_ray.state.heap import long_lived_heap
 from kai_ray.state.snapshot import ClusterObjects, Snapshot
 from kai_ray.values.api import PodGroup, Queue
 from kai_ray.values.clock import SIM_EPOCH_S, VirtualClock, rfc3339
@@ -177,7 +176,7 @@ class Simulation:
             self._push(submit_at, SUBMIT, job)
 
     def run(self, progress: Progress | None = None) -> None:
-        with _long_lived_heap():
+        with long_lived_heap():
             self._run(progress)
 
     def _run(self, progress: Progress | None) -> None:
@@ -585,25 +584,6 @@ class Simulation:
         job = self.jobs.get(record.job)
         if job is not None:
             self._follow_gang(job, self.clock.now())
-
-
-@contextlib.contextmanager
-def _long_lived_heap() -> Iterator[None]:
-    """Collect cycles less often while the run lasts.
-
-    The input and the engine's objects live for the whole run, yet the cycle
-    collector walks them again and again as each cycle allocates (a quarter of a
-    run's time, measured). They are moved out of its sight (`gc.freeze`) and the
-    youngest generation is allowed to grow larger; both are restored after.
-    """
-    thresholds = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(max(thresholds[0], 50_000), 20, 100)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
 
 
 #: Pod uids are UUIDs derived from the pod's key and how many times it was made.
