@@ -536,12 +536,7 @@ class KubeWriter:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{ref.name}.", "namespace": namespace},
-            "involvedObject": {
-                "kind": ref.kind,
-                "name": ref.name,
-                "namespace": ref.namespace or "",
-                "apiVersion": "v1" if ref.kind == "Pod" else f"{GROUP}/{VERSION}",
-            },
+            "involvedObject": self._involved(ref),
             "reason": reason,
             "message": message[:1024],
             "type": "Warning" if warning else "Normal",
@@ -554,6 +549,25 @@ class KubeWriter:
             self.rest.call("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
         except ApiError as err:
             LOG.debug("event %s on %s not written: %s", reason, ref, err)
+
+    def _involved(self, ref: ObjectRef) -> dict[str, str]:
+        """The Event's `involvedObject`, with the uid and apiVersion of the object as
+        the cache holds it: `kubectl describe` lists only the Events whose uid is
+        the object's."""
+        key = ref.name if ref.namespace is None else f"{ref.namespace}/{ref.name}"
+        obj = self.current(ref.kind, key) or {}
+        involved = {
+            "kind": ref.kind,
+            "name": ref.name,
+            "namespace": ref.namespace or "",
+            "apiVersion": str(
+                obj.get("apiVersion") or ("v1" if ref.kind == "Pod" else f"{GROUP}/{VERSION}")
+            ),
+        }
+        uid = (obj.get("metadata") or {}).get("uid")
+        if uid:
+            involved["uid"] = str(uid)
+        return involved
 
     def create_pod_group(self, body: Mapping[str, Any]) -> WriteResult:
         namespace = body["metadata"]["namespace"]

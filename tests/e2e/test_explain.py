@@ -121,6 +121,8 @@ def test_explain_prints_what_the_cluster_says_of_a_waiting_job_and_a_running_gan
             f"an Unschedulable Event on pod {name}",
         )
         assert any(m and m.startswith("PodGroup job-wide: ") and "rack" in m for m in said), said
+        described = sandbox.plane.kubectl("describe", "pod", "-n", sandbox.namespace, name).stdout
+        assert "PodGroup job-wide: " in described.partition("\nEvents:")[2], described
 
     running = kai_ray(sandbox, "explain", "pod/pair-0", "-n", sandbox.namespace)
     assert running.returncode == 0, running.stderr

@@ -467,11 +467,13 @@ def test_kubectl_shows_podgroups_queues_and_events(
     described = sandbox.plane.kubectl(
         "describe", "pod", "-n", sandbox.namespace, worker.metadata.name
     ).stdout
-    assert "Scheduled" in described and worker.spec.node_name in described, described
+    events = described.partition("\nEvents:")[2]  # what `kubectl describe` lists as Events
+    assert "Scheduled" in events and worker.spec.node_name in events, described
     described = sandbox.plane.kubectl(
         "describe", "podgroup", "-n", sandbox.namespace, "raycluster-too-wide"
     ).stdout
-    assert "Unschedulable" in described and "rack" in described, described
+    events = described.partition("\nEvents:")[2]
+    assert "Unschedulable" in events and "rack" in events, described
 
 
 def test_when_full_a_team_below_its_share_reclaims_a_whole_gang(
