@@ -3,7 +3,9 @@
 The cycle decides; the binder makes it so, in the order a cluster needs:
 
 1. evictions (each through the writer: the Eviction API in the operator, the
-   workload controller's restart in the simulator), so that room is freed;
+   workload controller's restart in the simulator), so that room is freed; on
+   up to `parallelism` threads at once (a consolidation of 29 pods took the
+   operator's cycle 3 s one by one);
 2. admissions: a suspended RayCluster or RayJob appears in the snapshot as the
    pods it would make (placeholders, see `kai_ray.state.cache`); a plan that
    places them admits the workload, which the binder releases (`suspend:
@@ -160,9 +162,15 @@ class Binder:
 
     def apply(self, plan: Plan, snapshot: Snapshot, now: float) -> ApplyReport:
         report = ApplyReport()
-        # 1. Evictions first: they make the room some binds need.
-        for evict in plan.evictions:
-            self._evict(evict, report)
+        # 1. Evictions first, all at once (each waits on the API server, not on
+        # the others): they make the room some binds need.
+        for evict, result in zip(
+            plan.evictions, self._in_parallel(self._evict, plan.evictions), strict=True
+        ):
+            if result.ok:
+                report.evicted.append(evict)
+            else:
+                report.failed_evictions.append((evict, result))
         # 2. Admissions: placed placeholders release their workload.
         planned = self._admit(plan.binds, report)
         # 3. Binds, in parallel across nodes, in plan order on each node.
@@ -277,16 +285,23 @@ class Binder:
         with ThreadPoolExecutor(max_workers=self.parallelism) as pool:
             return list(pool.map(work, batches))
 
-    def _evict(self, evict: Evict, report: ApplyReport) -> None:
+    def _in_parallel(
+        self, work: Callable[[Evict], WriteResult], items: list[Evict]
+    ) -> list[WriteResult]:
+        """`work` on each item, on up to `parallelism` threads; results in order."""
+        if self.parallelism <= 1 or len(items) <= 1:
+            return [work(item) for item in items]
+        with ThreadPoolExecutor(max_workers=min(self.parallelism, len(items))) as pool:
+            return list(pool.map(work, items))
+
+    def _evict(self, evict: Evict) -> WriteResult:
         message = f"evicted by kai-ray ({evict.reason}) with its gang {evict.group}"
         if evict.for_queue is not None:
             message += f", for queue {evict.for_queue}"
         result = self.writer.evict(evict, message)
         if result.ok:
-            report.evicted.append(evict)
             self.writer.record_event(_pod_ref(evict.pod), False, "Evicted", message)
-        else:
-            report.failed_evictions.append((evict, result))
+        return result
 
     def _bind_all(
         self, binds: list[Bind], wait: bool, snapshot: Snapshot

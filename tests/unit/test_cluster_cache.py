@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -179,6 +180,44 @@ def test_the_binder_evicts_first_lifts_gates_then_binds_with_devices() -> None:
     ]
     assert [b.pod for b in report.bound] == ["ns/g", "ns/w"]
     assert ("v", "Evicted") in writer.events and ("g", "Scheduled") in writer.events
+
+
+class SlowEvictions(MemoryWriter):
+    """Each eviction waits until `together` of them are under way (or 5 s pass)."""
+
+    def __init__(self, together: int, failing: Mapping[str, WriteResult]) -> None:
+        super().__init__(failing)
+        self.barrier = threading.Barrier(together, timeout=5)
+
+    def evict(self, evict: Evict, message: str) -> WriteResult:
+        try:
+            self.barrier.wait()
+        except threading.BrokenBarrierError:
+            return WriteResult(Outcome.RETRY, "evicted one at a time")
+        super().evict(evict, message)
+        return self.failing.get(evict.pod, DONE)
+
+
+def test_a_plans_evictions_go_out_together_and_before_its_binds() -> None:
+    cache = ClusterCache()
+    victims = [pod(f"v{i}", 2, "n1") for i in range(4)]
+    for obj in (node("n1"), *victims, pod("w", 2)):
+        cache.upsert(obj)
+    plan = Plan(cycle=1)
+    plan.evictions.extend(Evict(f"ns/v{i}", f"ns/vg{i}", "consolidation") for i in range(4))
+    plan.binds.append(Bind("ns/w", "ns/pg", "n1", ()))
+    gone = WriteResult(Outcome.PERMANENT, "not found")
+    writer = SlowEvictions(4, {"ns/v3": gone})
+    report = Binder(writer, parallelism=4).apply(plan, cache.snapshot(), 0.0)
+    assert [e.pod for e in report.evicted] == ["ns/v0", "ns/v1", "ns/v2"]  # plan order
+    assert [(e.pod, r) for e, r in report.failed_evictions] == [("ns/v3", gone)]
+    assert writer.calls[-1] == ("bind", "ns/w@n1:{}")  # after every eviction
+    assert sorted(c for c in writer.calls[:-1]) == [("evict", f"ns/v{i}") for i in range(4)]
+    assert sorted(name for name, reason in writer.events if reason == "Evicted") == [
+        "v0",
+        "v1",
+        "v2",
+    ]
 
 
 @pytest.mark.parametrize(
