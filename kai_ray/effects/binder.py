@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from kai_ray.decisions.plan import Bind, Evict, GroupStatus, Plan
 from kai_ray.state.dra_allocate import ClaimAllocation
@@ -60,6 +60,8 @@ from kai_ray.values.names import ADMISSION_GATE, GPU_DEVICES_ANNOTATION
 from kai_ray.workloads.pod_fields import format_device_list
 
 LOG = logging.getLogger(__name__)
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Outcome(enum.Enum):
@@ -165,7 +167,7 @@ class Binder:
         # 1. Evictions first, all at once (each waits on the API server, not on
         # the others): they make the room some binds need.
         for evict, result in zip(
-            plan.evictions, self._in_parallel(self._evict, plan.evictions), strict=True
+            plan.evictions, self._map(self._evict, plan.evictions), strict=True
         ):
             if result.ok:
                 report.evicted.append(evict)
@@ -275,19 +277,7 @@ class Binder:
                 )
         return real
 
-    def _map(
-        self,
-        work: Callable[[tuple[list[Bind], bool]], list[tuple[Bind, WriteResult]]],
-        batches: list[tuple[list[Bind], bool]],
-    ) -> Iterable[list[tuple[Bind, WriteResult]]]:
-        if self.parallelism <= 1 or len(batches) <= 1:
-            return map(work, batches)
-        with ThreadPoolExecutor(max_workers=self.parallelism) as pool:
-            return list(pool.map(work, batches))
-
-    def _in_parallel(
-        self, work: Callable[[Evict], WriteResult], items: list[Evict]
-    ) -> list[WriteResult]:
+    def _map(self, work: Callable[[T], R], items: list[T]) -> list[R]:
         """`work` on each item, on up to `parallelism` threads; results in order."""
         if self.parallelism <= 1 or len(items) <= 1:
             return [work(item) for item in items]

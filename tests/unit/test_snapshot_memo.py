@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import numpy as np
 
-from kai_ray.state.memo import SnapshotMemo
+from kai_ray.state.memo import SnapshotMemo, ValidatedCache
 from kai_ray.state.nodes import read_nodes
 from kai_ray.state.pod_states import read_pods
 from kai_ray.state.snapshot import ClusterObjects, Snapshot, assemble_snapshot, build_snapshot
@@ -71,3 +72,22 @@ def test_a_kept_memo_follows_binds_releases_and_objects_changed_in_place() -> No
     released = check()
     assert released.gpu_devices[0].whole_free == 4
     assert released.topologies["dc"].domains["r0"].free[released.column("gpu")] == 12
+
+
+def test_a_validation_is_kept_until_its_object_changes_json_or_not() -> None:
+    """The memo keeps a copy to compare with: through JSON, or deep for what JSON
+    would change (a YAML date); an object changed in place is validated again."""
+    validated: list[dict[str, Any]] = []
+
+    def validate(obj: Any) -> str:
+        validated.append(obj)
+        return f"model {len(validated)}"
+
+    cache: ValidatedCache[str] = ValidatedCache()
+    dated = {"metadata": {"name": "g", "creationTimestamp": dt.datetime(2026, 1, 1)}}
+    plain: dict[str, Any] = {"metadata": {"name": "h"}, "spec": {"minMember": 2}}
+    assert cache.get("g", dated, validate) == cache.get("g", dated, validate) == "model 1"
+    assert cache.get("h", plain, validate) == cache.get("h", plain, validate) == "model 2"
+    plain["spec"]["minMember"] = 3  # changed in place: the kept copy is not
+    assert cache.get("h", plain, validate) == "model 3"
+    assert len(validated) == 3
