@@ -12,7 +12,10 @@ For each gang still waiting for its minimum after the actions before this one
 2. the movable gangs: this scheduler's, running whole (at least their minimum
    bound), of any queue, preemptible, every pod with a controller that makes it
    again (a bare pod evicted is gone for good: a move would destroy its work),
-   untouched by this cycle so far; ordered by the free GPUs
+   untouched by this cycle so far, and whose minimum started at least
+   `consolidationMinRuntime` ago (`runtime.started_at`; a moved gang's pods are
+   new, so this is also the least time between two moves of one gang: without
+   it the soak saw one gang moved three times in 14 s); ordered by the free GPUs
    of the emptiest node they sit on (moving them empties whole nodes first),
    then the smaller first, then the newest (`victims.newest_first`);
 3. inside the transaction, release the first k movable gangs (k = 1 up to
@@ -47,10 +50,12 @@ from kai_ray.decisions.ordering import group_priority, missing_request, waiting_
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.placement.equivalence import signature
 from kai_ray.decisions.plan import Evict, GroupStatus, Nominate
+from kai_ray.decisions.runtime import started_at
 from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.decisions.victims import Vector, newest_first
 from kai_ray.state.groups import PodGroupState
-from kai_ray.values.config import SchedulerConfigSpec
+from kai_ray.values.clock import unix_seconds
+from kai_ray.values.config import SchedulerConfigSpec, duration_seconds
 from kai_ray.values.resources import EPSILON, GPU, Resources
 
 CONSOLIDATION = "consolidation"
@@ -95,6 +100,8 @@ def consolidation_for(ctx: CycleContext, group: PodGroupState) -> list[PodGroupS
     moved = _consolidation(ctx, group)
     if moved is None and shape is not None:
         ctx.transaction.memo.keep(NO_MOVE, shape, True)
+    if moved is None:
+        _wake_when_protection_ends(ctx)
     return moved
 
 
@@ -162,6 +169,8 @@ def summed_free(tx: Transaction) -> Vector:
 
 #: Per (transaction version, evictions planned): the movable gangs in order, and their keys.
 MOVABLE = MemoKey[tuple[list[PodGroupState], frozenset[str]]]("movable gangs")
+#: Per cycle: the earliest end of a `consolidationMinRuntime` protection (None: none).
+PROTECTED_UNTIL = MemoKey[float | None]("consolidation protection ends")
 
 
 def movable_gangs(ctx: CycleContext, target: PodGroupState) -> list[PodGroupState]:
@@ -190,7 +199,11 @@ def _movable_memo(ctx: CycleContext) -> tuple[list[PodGroupState], frozenset[str
 def _movable_gangs(ctx: CycleContext) -> tuple[list[PodGroupState], frozenset[str]]:
     evicted = {evict.pod for evict in ctx.plan.evictions}
     touched = evicted | set(ctx.transaction.placed) | set(ctx.transaction.removed)
-    gangs = [g for g in ctx.snapshot.pod_groups.values() if _movable(ctx, g, touched)]
+    gangs = [
+        g
+        for g in ctx.snapshot.pod_groups.values()
+        if _movable(ctx, g, touched) and not _protected(ctx, g)
+    ]
     free_gpus = ctx.transaction.free[:, ctx.snapshot.column(GPU)]
 
     def order(gang: PodGroupState) -> tuple[object, ...]:
@@ -212,6 +225,33 @@ def _movable(ctx: CycleContext, group: PodGroupState, touched: set[str]) -> bool
     whole = len(bound) >= max(group.spec.minMember, 1)
     untouched = not any(pod.key in touched for pod in live)
     return known and whole and untouched and is_preemptible(group, group_priority(group))
+
+
+def protection_end(ctx: CycleContext, group: PodGroupState) -> float | None:
+    """When `consolidationMinRuntime` stops protecting the gang; None when it does not."""
+    minimum = duration_seconds(ctx.config.consolidationMinRuntime)
+    started = unix_seconds(started_at(group))
+    if minimum <= 0 or started is None:
+        return None
+    return started + minimum
+
+
+def _protected(ctx: CycleContext, group: PodGroupState) -> bool:
+    end = protection_end(ctx, group)
+    if end is None or end <= ctx.now:
+        return False
+    earliest = ctx.transaction.memo.find(PROTECTED_UNTIL, None)
+    ctx.transaction.memo.keep(
+        PROTECTED_UNTIL, None, end if earliest is None else min(earliest, end)
+    )
+    return True
+
+
+def _wake_when_protection_ends(ctx: CycleContext) -> None:
+    """A gang waits while movable gangs are protected: a cycle when the first may move."""
+    end = ctx.transaction.memo.find(PROTECTED_UNTIL, None)
+    if end is not None:
+        ctx.plan.wake_no_later_than(end)
 
 
 def try_move(ctx: CycleContext, target: PodGroupState, moved: Sequence[PodGroupState]) -> bool:

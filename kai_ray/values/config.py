@@ -101,6 +101,12 @@ class SchedulerConfigSpec(ApiModel):
     timeBasedFairness: TimeBasedFairness = Field(default_factory=TimeBasedFairness)
     staleGangGracePeriod: Duration = "60s"
     consolidationMaxJobs: int = Field(default=8, ge=0)
+    consolidationMinRuntime: Duration = Field(
+        default="60s",
+        description="A gang whose minimum started less than this long ago is not moved by "
+        "consolidation; a moved gang starts again, so this is also the least time between "
+        "two moves of one gang (docs/disruption.md). 0s: no protection, as in KAI.",
+    )
     rayBackend: RayBackend = Field(default_factory=RayBackend)
     dra: DraSettings = Field(
         default_factory=DraSettings,

@@ -17,6 +17,7 @@ def test_config_defaults() -> None:
     assert spec.actions == list(DEFAULT_ACTIONS)
     assert spec.timeBasedFairness.k == 0
     assert spec.staleGangGracePeriod == "60s"
+    assert spec.consolidationMinRuntime == "60s"
     assert spec.placementStrategy == "fragmentation"
 
 

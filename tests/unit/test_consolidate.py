@@ -12,10 +12,14 @@ from kai_ray.decisions.consolidate import CONSOLIDATION
 from kai_ray.decisions.cycle import CycleResult, run_cycle
 from kai_ray.decisions.plan import GroupStatus
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
+from kai_ray.values.clock import unix_seconds
 from kai_ray.values.config import SchedulerConfig
-from tests.builders import make_node, make_pod, make_pod_group, make_queue
+from tests.builders import make_node, make_pod, make_pod_group, make_queue, timestamp
 
 WITH_CONSOLIDATION = ["allocate", "consolidate"]
+#: The cycle's time: an hour after the origin the cases' objects are created from, so
+#: their gangs are past the default consolidationMinRuntime unless a case says otherwise.
+NOW = float(unix_seconds(timestamp(3600)) or 0.0)
 
 
 @dataclass(frozen=True)
@@ -31,9 +35,12 @@ class Gang:
     min_member: int | None = None
     #: Its pods have a controller that makes them again (only such gangs move).
     controlled: bool = True
+    #: Seconds after the origin its objects were created (default: its place in the case).
+    created_at: int | None = None
 
     def objects(self, created: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         minimum = len(self.nodes) if self.min_member is None else self.min_member
+        created = created if self.created_at is None else self.created_at
         group = make_pod_group(self.name).queue(self.queue).min_member(minimum)
         pods = []
         for i, node in enumerate(self.nodes):
@@ -71,7 +78,7 @@ def run(case: Case) -> CycleResult:
     )
     spec = {"actions": WITH_CONSOLIDATION, **case.config}
     config = SchedulerConfig.model_validate({"spec": spec})
-    return run_cycle(build_snapshot(objects), config, 1, 100.0)
+    return run_cycle(build_snapshot(objects), config, 1, NOW)
 
 
 def half_full(*names: str, gpus: int = 4) -> list[Gang]:
@@ -273,3 +280,23 @@ def test_two_waiting_gangs_each_get_a_node_and_no_pod_moves_twice() -> None:
     moved = [e.pod for e in result.plan.evictions]
     assert len(moved) == len(set(moved)) == 2
     assert {b.group for b in result.plan.binds} >= {"default/big", "default/big2"}
+
+
+def test_a_gang_started_within_the_min_runtime_is_not_moved_an_older_one_is() -> None:
+    # Without the protection the newer gang, `a`, would move (victim order).
+    gangs = [Gang("b", 4, ["n0"], created_at=0), Gang("a", 4, ["n1"], created_at=3590)]
+    result = run(Case(2, [*gangs, Gang("big", 8, [None])]))
+    assert [e.pod for e in result.plan.evictions] == ["default/b-0"]
+    unprotected = run(
+        Case(2, [*gangs, Gang("big", 8, [None])], config={"consolidationMinRuntime": "0s"})
+    )
+    assert [e.pod for e in unprotected.plan.evictions] == ["default/a-0"]
+
+
+def test_when_every_movable_gang_is_protected_nothing_moves_and_a_cycle_comes_at_the_end() -> None:
+    gangs = [Gang("a", 4, ["n0"], created_at=3570), Gang("b", 4, ["n1"], created_at=3580)]
+    result = run(
+        Case(2, [*gangs, Gang("big", 8, [None])], config={"consolidationMinRuntime": "2m"})
+    )
+    assert not result.plan.evictions
+    assert result.plan.wake_at == unix_seconds(timestamp(3570 + 120))

@@ -365,6 +365,7 @@ def test_shard_defaults_are_kais_where_kai_rays_differ() -> None:
         "stale-gang-eviction",
     ]
     assert (spec["cyclePeriod"], spec["staleGangGracePeriod"]) == ("1s", "60s")
+    assert spec["consolidationMinRuntime"] == "0s"  # KAI moves gangs of any age
     assert not migration.findings
 
 

@@ -163,6 +163,7 @@ def scheduler_config(settings: Settings, scheduler_name: str) -> dict[str, Any]:
         "placementStrategy": "binpack",
         "staleGangGracePeriod": "60s",
         "consolidationMaxJobs": 16,
+        "consolidationMinRuntime": "0s",
         "timeBasedFairness": {"k": 0, "halfLife": "0s", "window": "168h", "windowType": "sliding"},
     }
     spec.update(settings.spec)
