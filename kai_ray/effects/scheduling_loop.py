@@ -105,6 +105,10 @@ class SchedulingLoop:
         )
         self.stop_event = threading.Event()
         self.changed = threading.Event()
+        #: A new pod of ours waits to be placed (`_pause`): set by the informers.
+        self.arrived = threading.Event()
+        #: The last cycle left no gang waiting: an arrival need not wait for the period.
+        self._idle = False
         self.backlog = WriteBacklog(
             options.bind_parallelism, self.stop_event, options.bookkeeping_parallelism
         )
@@ -164,6 +168,7 @@ class SchedulingLoop:
     def stop(self) -> None:
         self.stop_event.set()
         self.changed.set()
+        self.arrived.set()
         self._thread.join(timeout=10)
         self.binder.close()
         if self.elector is not None:
@@ -201,7 +206,13 @@ class SchedulingLoop:
                     self._to_derive.add((kind, object_key(obj, kind)))
                 if kind == "RayCluster":
                     self._refresh_ray_pods()
+        if kind == POD and event == "ADDED" and self._ours_to_place(obj):
+            self.arrived.set()
         self.changed.set()
+
+    def _ours_to_place(self, pod: Mapping[str, Any]) -> bool:
+        spec = pod.get("spec") or {}
+        return spec.get("schedulerName") == self.scheduler and not spec.get("nodeName")
 
     def _member(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
         """Our pods as the webhook would have annotated them (their gang named)."""
@@ -300,15 +311,28 @@ class SchedulingLoop:
             if not settled:
                 settle()  # the cluster as first listed: kept, out of the collector's sight
                 settled = True
+            self.arrived.clear()  # arrivals from here on are the next cycle's
             try:
                 if self.run_once().cut_short:
                     self.changed.set()  # the rest of the burst: at once, no pause
                     continue
             except Exception:
                 LOG.exception("cycle %d failed; the next one tries again", self.cycles)
+                self._idle = False
             last = self.clock.now()
-            pause = self.period - (time.monotonic() % self.period if self.period else 0)
-            self.stop_event.wait(min(pause, self.period))
+            self._pause()
+
+    def _pause(self) -> None:
+        """Until the next period's start; sooner when the last cycle left nothing
+        waiting and a new pod of ours comes (it is placed at once, as a scheduler
+        that places pod by pod would, instead of up to a period later). A cluster
+        with gangs waiting keeps the period: each cycle there judges the backlog."""
+        pause = self.period - (time.monotonic() % self.period if self.period else 0)
+        pause = min(pause, self.period)
+        if self._idle:
+            self.arrived.wait(pause)
+        else:
+            self.stop_event.wait(pause)
 
     def run_once(self) -> CycleResult:
         """One cycle, steps 1 to 4 of the module docstring."""
@@ -343,6 +367,7 @@ class SchedulingLoop:
         report = self.binder.apply(result.plan, snapshot, now)
         steps.lap("bind")
         self._wake_at = result.plan.wake_at
+        self._idle = not result.cut_short and _none_left_waiting(snapshot, result.plan)
         self._write_statuses(snapshot, result, report, now)
         steps.lap("status")
         self.last_result = result
@@ -622,6 +647,15 @@ def _untold_phase(group: PodGroupState) -> str:
     """The phase a group's PodGroup says it is in (Pending when it says nothing)."""
     status = group.status
     return (status.phase if status is not None and status.phase else Phase.PENDING).value
+
+
+def _none_left_waiting(snapshot: Snapshot, plan: Plan) -> bool:
+    """Every gang the snapshot had waiting was admitted by the plan."""
+    for group in snapshot.waiting_groups:
+        status = plan.status_of(group.key)
+        if status is None or not status.admitted:
+            return False
+    return True
 
 
 def _statuses_by_group(plan: Plan) -> dict[str, Any]:

@@ -335,12 +335,14 @@ def test_a_fair_share_budget_answers_as_one_judging_afresh(
     state (what it took so far) that keeps no refusals; every `takes_alone`
     against a fresh budget's `take` of the one unit."""
     differ: list[tuple[str, ...]] = []
-    probes: dict[int, FairShareBudget] = {}
+    #: Per budget (by id, the budget kept alive with its probe so that its id is
+    #: never another's): the probe.
+    probes: dict[int, tuple[FairShareBudget, FairShareBudget]] = {}
 
     def checked(budget: FairShareBudget, units: list[VictimUnit]) -> bool:
         # Each unit offered is also asked of one budget that never takes, per budget
         # (its answers kept across many units of one queue): as a fresh `take`.
-        probe = probes.setdefault(id(budget), _afresh(budget))
+        probe = probes.setdefault(id(budget), (budget, _afresh(budget)))[1]
         for unit in units:
             if TAKES_ALONE(probe, unit) != TAKE(_afresh(budget), [unit]):
                 differ.append(("probe", unit.label()))
