@@ -18,6 +18,7 @@ Everything else in kai-ray is handed plain objects and never imports the client.
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import enum
 import functools
@@ -836,14 +837,29 @@ class WriteBacklog:
     binds to be done), so that in a burst the binds have the API server, and the
     operator's interpreter, nearly to themselves, and bookkeeping still moves. A
     status queued for an object replaces one queued before it and not yet written:
-    only the latest is sent."""
+    only the latest is sent. A status settles before it is queued at all: it
+    waits until it has not changed for `status_settle_s`, and at most
+    `SETTLE_AT_MOST` times that since it first waited (what changes meanwhile is
+    written once). In a burst a gang's status goes Admitted, then bound, then
+    Running within a few seconds, and the API server was sent all three."""
 
-    def __init__(self, workers: int, stop: threading.Event, bookkeepers: int = 4) -> None:
+    def __init__(
+        self,
+        workers: int,
+        stop: threading.Event,
+        bookkeepers: int = 4,
+        status_settle_s: float = 0.0,
+    ) -> None:
         self._stop = stop
         self._binds: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._queue: queue.PriorityQueue[_Queued] = queue.PriorityQueue()
         self._order = itertools.count()
         self._statuses: dict[tuple[str, str], Callable[[], None]] = {}
+        self._settle_s = status_settle_s
+        #: Statuses settling, (when due as first put, object), in about the order
+        #: they are due; and when each is due now (put off by each change).
+        self._settling: collections.deque[tuple[float, tuple[str, str]]] = collections.deque()
+        self._due: dict[tuple[str, str], tuple[float, float]] = {}
         self._lock = threading.Lock()
         #: Binds queued or going out.
         self._binding = 0
@@ -859,13 +875,25 @@ class WriteBacklog:
         for thread in self._threads:
             thread.start()
 
-    def status(self, kind: str, key: str, write: Callable[[], None]) -> None:
-        """Queue the write of an object's status (replacing one not yet sent)."""
+    def status(self, kind: str, key: str, write: Callable[[], None], settle: bool = True) -> None:
+        """Queue the write of an object's status (replacing one not yet sent), once
+        it has settled unless `settle` is False."""
+        target = (kind, key)
         with self._lock:
-            queued = (kind, key) in self._statuses
-            self._statuses[(kind, key)] = write
+            queued = target in self._statuses
+            self._statuses[target] = write
+            now = time.monotonic()
+            if target in self._due:  # settling: put off again, up to the most
+                first, _ = self._due[target]
+                latest = first + SETTLE_AT_MOST * self._settle_s
+                self._due[target] = (first, min(now + self._settle_s, latest))
+                return
+            if not queued and settle and self._settle_s > 0:
+                self._due[target] = (now, now + self._settle_s)
+                self._settling.append((now + self._settle_s, target))
+                return
         if not queued:
-            self._put(Urgency.STATUS, (kind, key))
+            self._put(Urgency.STATUS, target)
 
     def later(self, write: Callable[[], None], urgency: Urgency = Urgency.EVENT) -> None:
         if urgency is Urgency.BIND:
@@ -876,7 +904,7 @@ class WriteBacklog:
             self._put(urgency, write)
 
     def pending(self) -> int:
-        return self._binds.qsize() + self._queue.qsize()
+        return self._binds.qsize() + self._queue.qsize() + len(self._settling)
 
     @property
     def binding(self) -> int:
@@ -898,13 +926,27 @@ class WriteBacklog:
                 with self._lock:
                     self._binding -= 1
 
+    def _settled(self) -> float:
+        """Queue the statuses due by now; how long until the next is (at most 0.5 s)."""
+        with self._lock:
+            now = time.monotonic()
+            while self._settling and self._settling[0][0] <= now:
+                target = self._settling.popleft()[1]
+                due = self._due[target][1]
+                if due > now:
+                    self._settling.append((due, target))  # changed since: later
+                    continue
+                del self._due[target]
+                self._put(Urgency.STATUS, target)
+            return min(self._settling[0][0] - now, 0.5) if self._settling else 0.5
+
     def _keep_books(self, always: bool) -> None:
         while not self._stop.is_set():
             if not always and self._binding:
                 self._stop.wait(BOOKS_PAUSE_S)
                 continue
             try:
-                queued = self._queue.get(timeout=0.5)
+                queued = self._queue.get(timeout=self._settled())
             except queue.Empty:
                 continue
             if not always and self._binding:
@@ -921,6 +963,8 @@ class WriteBacklog:
             _run(write)
 
 
+#: A settling status waits at most this many settle periods since it first waited.
+SETTLE_AT_MOST = 5
 #: How often a waiting bookkeeper looks whether the binds are done.
 BOOKS_PAUSE_S = 0.05
 

@@ -90,6 +90,10 @@ class LoopOptions:
     #: cycle that has binds for them (a burst's first binds go out in about a
     #: second, not after its first cycle's whole budget).
     idle_writers_budget_s: float = 0.25
+    #: A PodGroup's status is written once it has settled this long (`WriteBacklog`):
+    #: a gang of a burst goes Admitted, bound and Running within about a second, and
+    #: `kubectl get podgroups` a second late is as good.
+    status_settle_s: float = 1.0
 
 
 class SchedulingLoop:
@@ -110,7 +114,10 @@ class SchedulingLoop:
         #: The last cycle left no gang waiting: an arrival need not wait for the period.
         self._idle = False
         self.backlog = WriteBacklog(
-            options.bind_parallelism, self.stop_event, options.bookkeeping_parallelism
+            options.bind_parallelism,
+            self.stop_event,
+            options.bookkeeping_parallelism,
+            status_settle_s=options.status_settle_s,
         )
         self.writer = KubeWriter(rest, self._current, self.backlog)
         self.binder = Binder(
@@ -535,7 +542,9 @@ class SchedulingLoop:
             if self._written.get((kind, key)) != body:
                 self._queued[(kind, key)] = body
                 write = functools.partial(self._write_status, kind, key, body, ref)
-                self.backlog.status(kind, key, write)
+                # A Queue's status says what it holds now (one write per cycle at
+                # most, whatever the burst): only PodGroups' settle.
+                self.backlog.status(kind, key, write, settle=kind == POD_GROUP)
 
     def _told(self, target: tuple[str, str], body: Mapping[str, Any]) -> bool:
         """Whether `body` is the status last written, or the one waiting to be."""

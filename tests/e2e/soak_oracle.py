@@ -14,7 +14,10 @@ that a bug there cannot hide itself here:
   (whole GPUs on untouched devices, shares on one device, one domain of the
   required topology level) finds a node for every pending pod. First fit may
   miss a fit that exists; it never claims one that does not, so the count
-  errs towards zero, never towards a false alarm.
+  errs towards zero, never towards a false alarm. For the same reason an
+  elastic extra (its gang at its minimum) of a queue holding its quota or more
+  is not judged while another queue has pods waiting: whether it may grow past
+  its quota then is the fair share's call (reclaim may be taking from it).
 
 Pure: no I/O.
 """
@@ -382,6 +385,7 @@ def fit_pending(
     (its minimum is among them); a gang at its minimum, any one pending pod."""
     room = Room(dict(nodes), dict(usage))
     found = {}
+    waiting = _queues_waiting(gangs, groups)
     for key, members in gangs.items():
         group = groups.get(key)
         pending = [p for p in members if p.pending and not p.held]
@@ -391,6 +395,8 @@ def fit_pending(
         whole = held < group.min_member
         if whole and held + len(pending) < group.min_member:
             continue  # its minimum cannot hold whatever the room: pods are missing
+        if not whole and _over_quota(group.queue, queues, allocated) and waiting - {group.queue}:
+            continue  # an extra beyond its quota, while another queue waits: fairness's call
         tries = [pending] if whole else [[p] for p in pending]
         for pods in tries:
             asked = sum(p.gpu_amount for p in pods)
@@ -401,6 +407,20 @@ def fit_pending(
                 found[key] = f"{what} ({asked:g} GPUs) fit now"
                 break
     return found
+
+
+def _queues_waiting(gangs: Mapping[str, list[PodView]], groups: Mapping[str, GangView]) -> set[str]:
+    """Queues with a pending pod (not held by another gate) of a known gang."""
+    return {
+        groups[key].queue
+        for key, members in gangs.items()
+        if key in groups and any(p.pending and not p.held for p in members)
+    }
+
+
+def _over_quota(queue: str, queues: Mapping[str, QueueView], allocated: Mapping[str, float]) -> bool:
+    view = queues.get(queue)
+    return view is not None and allocated.get(queue, 0.0) >= view.quota - EPSILON
 
 
 def over_limit(

@@ -157,6 +157,30 @@ def test_fit_pending(
     assert sorted(fits) == expected
 
 
+def test_an_extra_beyond_its_queues_quota_waits_while_another_queue_waits() -> None:
+    queues = {
+        **QUEUES,
+        "team": oracle.QueueView("team", "dept", 2, None),
+        "other": oracle.QueueView("other", "dept", 8, None),
+    }
+    groups = [gang("a", 2), oracle.GangView("ns/o", "other", 1, None)]
+    at_minimum = [pod("a-0", 1, on="n0", group="a"), pod("a-1", 1, on="n0", group="a")]
+    extra = pod("a-2", 1, group="a")
+    views = [oracle.read_pod(p, {}) for p in [*at_minimum, extra, pod("o-0", 16, group="o")]]
+
+    def fits(views: list[oracle.PodView]) -> list[str]:
+        nodes = {n.name: n for n in map(oracle.read_node, [node("n0")])}
+        usage = oracle.node_usage(nodes.values(), views)
+        allocated = oracle.queue_allocations(views, {g.key: g.queue for g in groups}, queues)
+        by_key = {g.key: g for g in groups}
+        return sorted(
+            oracle.fit_pending(oracle.by_gang(views), by_key, nodes, usage, queues, allocated)
+        )
+
+    assert fits(views) == []  # team holds its quota of 2; other waits (for 16 GPUs)
+    assert fits(views[:3]) == ["ns/a"]  # nobody else waits: the extra fits and should go
+
+
 def test_a_gang_with_too_few_live_members_bound_is_partial_unless_one_finished() -> None:
     pods = [pod("a-0", 1, on="n0", group="a"), pod("a-1", 1, group="a")]
     pods += [pod("b-0", 1, on="n0", group="b", phase="Succeeded"), pod("b-1", 1, group="b")]

@@ -68,6 +68,44 @@ def test_only_the_latest_status_of_an_object_is_written() -> None:
         stop.set()
 
 
+def test_a_status_is_written_once_it_has_settled_and_only_its_latest_body() -> None:
+    stop, written = threading.Event(), []
+    backlog = WriteBacklog(workers=1, stop=stop, bookkeepers=2, status_settle_s=0.6)
+    try:
+        for body in ("Admitted", "bound", "Running"):  # a gang of a burst, within 0.3 s
+            last_change = time.monotonic()
+            backlog.status("PodGroup", "ns/g", lambda b=body: written.append((b, time.monotonic())))
+            time.sleep(0.1)
+        backlog.status("PodGroup", "ns/h", lambda: written.append(("other", time.monotonic())))
+        backlog.status("Queue", "q", lambda: written.append(("queue", 0.0)), settle=False)
+        assert backlog.pending() >= 2
+        time.sleep(0.3)
+        assert [body for body, _ in written] == ["queue"]  # PodGroups: not before they settle
+        deadline = time.monotonic() + 5
+        while len(written) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sorted(body for body, _ in written) == ["Running", "other", "queue"]
+        running = next(at for body, at in written if body == "Running")
+        assert running - last_change >= 0.6  # settled: unchanged for 0.6 s
+        assert backlog.pending() == 0
+    finally:
+        stop.set()
+
+
+def test_a_status_that_keeps_changing_is_written_after_at_most_five_settle_periods() -> None:
+    stop, written = threading.Event(), []
+    backlog = WriteBacklog(workers=1, stop=stop, bookkeepers=1, status_settle_s=0.2)
+    try:
+        first = time.monotonic()
+        while time.monotonic() - first < 2.5 and not written:
+            backlog.status("PodGroup", "ns/g", lambda: written.append(time.monotonic()))
+            time.sleep(0.05)
+        assert written, "a status changing every 50 ms was never written"
+        assert 0.9 <= written[0] - first <= 1.9
+    finally:
+        stop.set()
+
+
 def test_while_binds_go_out_one_bookkeeper_works_and_the_rest_wait() -> None:
     stop, bind_gate, seen = threading.Event(), threading.Event(), threading.Event()
     backlog = WriteBacklog(workers=1, stop=stop, bookkeepers=3)

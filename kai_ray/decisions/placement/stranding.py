@@ -30,7 +30,7 @@ again only for nodes placed on since (`_Scores`, `_Known`). Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -134,6 +134,10 @@ class _Scores:
     fresh: Flags
     seen: int = 0
     last: object = None
+    #: (score, device) by what a node's score is a function of (`_state_key`): nodes
+    #: alike in shape and use score alike, so a burst onto a fleet of one node type
+    #: works each state out once.
+    by_state: dict[tuple[object, ...], tuple[float, int]] = field(default_factory=dict)
 
 
 #: Per shape (requests, share): its scores, kept while the mix is the same object.
@@ -166,13 +170,49 @@ def score_nodes(
     kept.seen, kept.last = len(tx.placements), tx.placements[-1] if tx.placements else None
     stale = nodes[~kept.fresh[nodes]]
     if len(stale):
-        kept.score[stale], kept.device[stale] = _score_now(tx, shape, stale, mix)
+        _rescore(tx, shape, stale, mix, kept)
         kept.packing[stale], kept.fresh[stale] = np.nan, True
     if packing is not None:
         missing = nodes[np.isnan(kept.packing[nodes])]
         if len(missing):
             kept.packing[missing] = packing(missing)
     return Choice(kept.score[nodes], kept.device[nodes], kept.packing[nodes])
+
+
+#: Up to this many stale nodes are scored through `_Scores.by_state`; more (a first
+#: call, a new mix) at once in arrays, where a key per node would cost more.
+FEW = 8
+
+
+def _rescore(
+    tx: Transaction, shape: PodShape, stale: Indices, mix: MixArrays, kept: _Scores
+) -> None:
+    """`kept`'s score and device for each of `stale` worked out again."""
+    if len(stale) > FEW:
+        kept.score[stale], kept.device[stale] = _score_now(tx, shape, stale, mix)
+        return
+    keys = [_state_key(tx, shape, mix, int(node)) for node in stale]
+    missing = [i for i, key in enumerate(keys) if key not in kept.by_state]
+    if missing:
+        score, device = _score_now(tx, shape, stale[missing], mix)
+        for j, i in enumerate(missing):
+            kept.by_state[keys[i]] = (float(score[j]), int(device[j]))
+    for node, key in zip(stale, keys, strict=True):
+        kept.score[node], kept.device[node] = kept.by_state[key]
+
+
+def _state_key(tx: Transaction, shape: PodShape, mix: MixArrays, node: int) -> tuple[object, ...]:
+    """All a node's score and device depend on besides the shape, the mix and the
+    cycle (`_score_now` reads nothing else of the node): its free row, devices and
+    whole free devices, and the mix's and the shape's columns for it."""
+    return (
+        tx.free[node].tobytes(),
+        tx.devices[node].tobytes(),
+        int(tx.whole_free[node]),
+        mix.allowed[:, node].tobytes(),
+        mix.fraction[:, node].tobytes(),
+        shape.fraction[node].tobytes(),
+    )
 
 
 def _log_intact(tx: Transaction, seen: int, last: object) -> bool:
