@@ -112,7 +112,7 @@ class ClusterWriter(Protocol):
 
 
 #: Why a bind of pod (key) to node (name) would overcommit the node now; None if it fits.
-RoomCheck = Callable[[str, str], str | None]
+RoomCheck = Callable[[Bind], str | None]
 #: The suspended workload (kind, key) a placeholder pod stands for; None for real pods.
 PlaceholderOwner = Callable[[str], tuple[str, str] | None]
 
@@ -360,11 +360,11 @@ class Binder:
     def _room_problem(self, bind: Bind, wait: bool) -> str | None:
         if self.room is None:
             return None
-        problem = self.room(bind.pod, bind.node)
+        problem = self.room(bind)
         deadline = time.monotonic() + (self.eviction_wait_s if wait else 0.0)
         while problem is not None and time.monotonic() < deadline:
             self.sleep(0.2)
-            problem = self.room(bind.pod, bind.node)
+            problem = self.room(bind)
         return problem
 
 

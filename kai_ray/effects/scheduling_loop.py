@@ -259,9 +259,9 @@ class SchedulingLoop:
         with self.lock:
             return self.cache.get(kind, key)
 
-    def _room(self, pod: str, node: str) -> str | None:
+    def _room(self, bind: Bind) -> str | None:
         with self.lock:
-            return self.cache.room_problem(pod, node)
+            return self.cache.room_problem(bind.pod, bind.node, bind.gpu_devices, bind.gpu_fraction)
 
     def _placeholder_owner(self, pod: str) -> tuple[str, str] | None:
         with self.lock:

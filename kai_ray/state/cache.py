@@ -53,7 +53,7 @@ from kai_ray.values.names import (
     POD_GROUP_ANNOTATION,
     SCHEDULER_NAME,
 )
-from kai_ray.values.resources import Resources
+from kai_ray.values.resources import EPSILON, GPU, Resources
 from kai_ray.workloads.expected_pods import pods_for_workload
 from kai_ray.workloads.grouping import derive_groups
 from kai_ray.workloads.membership import needs_derived_group
@@ -598,10 +598,16 @@ class ClusterCache:
 
     # ------------------------------------------------------ live node room
 
-    def room_problem(self, key: str, node: str) -> str | None:
+    def room_problem(
+        self, key: str, node: str, devices: tuple[int, ...] = (), fraction: float = 0.0
+    ) -> str | None:
         """Why binding pod `key` to `node` now would overcommit it, from the latest
         events (pods of every scheduler, assumed binds included); None if it fits.
-        The binder asks this just before a bind, as the cycle's snapshot is older."""
+        The binder asks this just before a bind, as the cycle's snapshot is older.
+        A GPU share (`fraction` of each of `devices`) and whole GPUs are checked
+        against the node's devices too: a share asks no `nvidia.com/gpu`, so the
+        resources alone let a share onto a device a pod being deleted still holds
+        (a cycle places onto such room as soon as the pod is going)."""
         obj = self._objects[NODE].get(node)
         pod = self._objects[POD].get(key)
         if obj is None:
@@ -611,10 +617,50 @@ class ClusterCache:
         asked = self._requests_of(key, pod)
         if asked is None:
             return None  # unreadable requests: the snapshot reports the pod
-        free = _allocatable(obj) - self._held_on(node, excluding=key)
+        allocatable = _allocatable(obj)
+        free = allocatable - self._held_on(node, excluding=key)
         short = [name for name in asked.insufficient(free) if asked[name] > 0]
         if short:
             return f"node {node} has {free[short[0]]:g} {short[0]} free"
+        if asked[GPU] <= 0 and fraction <= 0:
+            return None
+        return self._device_problem(key, node, int(allocatable[GPU]), devices, fraction, asked)
+
+    def _device_problem(
+        self,
+        key: str,
+        node: str,
+        count: int,
+        devices: tuple[int, ...],
+        fraction: float,
+        asked: Resources,
+    ) -> str | None:
+        """The share's devices have room for it, and the node has a device for every
+        whole GPU and every device shares sit on (whole GPUs take untouched devices)."""
+        facts = self._node_facts.get(node)
+        memory = facts[0].gpu_memory_mib if facts is not None else 0.0
+        shared: dict[int, float] = {}
+        whole = 0
+        for other in self._on_node.get(node, ()):
+            reading = self.pod_reading(other) if other != key else None
+            state = reading[0] if reading is not None else None
+            if state is None or state.terminal or state.node != node:
+                continue
+            if state.gpu_share is None:
+                whole += int(state.requests[GPU])
+                continue
+            share = state.gpu_fraction or state.gpu_share.fraction_of(memory) or 0.0
+            for device in state.devices:
+                shared[device] = shared.get(device, 0.0) + share
+        if fraction > 0:
+            for device in devices:
+                held = shared.get(device, 0.0)
+                if held + fraction > 1.0 + EPSILON:
+                    return f"GPU device {device} of node {node} has {max(1.0 - held, 0.0):g} free"
+        taken = shared.keys() | set(devices if fraction > 0 else ())
+        if whole + int(asked[GPU]) + len(taken) > count:
+            use = f"{count - whole} not held whole, {len(shared)} shared"
+            return f"node {node} has no GPU device free ({use})"
         return None
 
     def _held_on(self, node: str, excluding: str) -> Resources:

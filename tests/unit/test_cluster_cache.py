@@ -127,6 +127,37 @@ def test_the_room_check_counts_other_schedulers_and_assumed_binds() -> None:
     assert cache.room_problem("ns/b", "gone") == "node gone is gone"
 
 
+def share(
+    name: str, fraction: str, node_name: str | None = None, device: str = ""
+) -> dict[str, Any]:
+    obj = pod(name, 0, node_name)
+    obj["spec"]["containers"][0]["resources"] = {}
+    obj["metadata"]["annotations"] = {"kai-ray.io/gpu-fraction": fraction}
+    if device:
+        obj["metadata"]["annotations"][GPU_DEVICES_ANNOTATION] = device
+    return obj
+
+
+def test_the_room_check_counts_the_shares_on_each_gpu_device() -> None:
+    """A share asks no nvidia.com/gpu: the node's resources alone let a share onto a
+    device that a share being deleted still holds (the soak saw 2 of one GPU held)."""
+    cache = ClusterCache()
+    cache.upsert(node("n1", gpus=2))
+    going = share("going", "0.5", "n1", device="1")
+    going["metadata"]["deletionTimestamp"] = "2026-12-04T20:36:03Z"  # holds it until gone
+    cache.upsert(going)
+    cache.upsert(share("new", "0.75"))
+    assert cache.room_problem("ns/new", "n1", (1,), 0.75) == "GPU device 1 of node n1 has 0.5 free"
+    assert cache.room_problem("ns/new", "n1", (0,), 0.75) is None
+    cache.assume("ns/new", "n1", "0")
+    cache.upsert(pod("whole", 1))  # device 0 and device 1 each hold a share: none is free
+    assert cache.room_problem("ns/whole", "n1") == (
+        "node n1 has no GPU device free (2 not held whole, 2 shared)"
+    )
+    cache.delete("Pod", "ns/going")
+    assert cache.room_problem("ns/whole", "n1") is None
+
+
 # ---------------------------------------------------------------------- the binder
 
 
@@ -230,7 +261,11 @@ def test_a_failed_bind_is_reported_and_not_assumed(outcome: Outcome) -> None:
     plan = Plan(cycle=1)
     plan.binds += [Bind("ns/a", "ns/pg", "n1"), Bind("ns/b", "ns/pg", "n1")]
     writer = MemoryWriter({"ns/a": WriteResult(outcome, "409: already bound")})
-    binder = Binder(writer, room=cache.room_problem, on_bound=lambda b: cache.assume(b.pod, b.node))
+    binder = Binder(
+        writer,
+        room=lambda b: cache.room_problem(b.pod, b.node, b.gpu_devices, b.gpu_fraction),
+        on_bound=lambda b: cache.assume(b.pod, b.node),
+    )
     report = binder.apply(plan, cache.snapshot(), 0.0)
     assert [(b.pod, r.outcome) for b, r in report.failed] == [("ns/a", outcome)]
     assert [b.pod for b in report.bound] == ["ns/b"]
@@ -248,7 +283,9 @@ def test_a_bind_that_would_overcommit_the_live_node_is_skipped() -> None:
     plan = Plan(cycle=1)
     plan.binds.append(Bind("ns/a", "ns/pg", "n1"))
     writer = MemoryWriter()
-    report = Binder(writer, room=cache.room_problem).apply(plan, snapshot, 0.0)
+    report = Binder(
+        writer, room=lambda b: cache.room_problem(b.pod, b.node, b.gpu_devices, b.gpu_fraction)
+    ).apply(plan, snapshot, 0.0)
     assert not report.bound and not [c for c in writer.calls if c[0] == "bind"]
     assert report.failed[0][1].message == "bind to n1 skipped: node n1 has 4 nvidia.com/gpu free"
 
@@ -279,7 +316,7 @@ def _plan_moving_v_out_for_a() -> Plan:
 def _reserving_binder(cache: ClusterCache, writer: MemoryWriter, wait_s: float) -> Binder:
     return Binder(
         writer,
-        room=cache.room_problem,
+        room=lambda b: cache.room_problem(b.pod, b.node, b.gpu_devices, b.gpu_fraction),
         on_bound=lambda b: cache.assume(b.pod, b.node),
         eviction_wait_s=wait_s,
         reserve=lambda b: cache.assume(b.pod, b.node),
@@ -334,7 +371,7 @@ def test_binds_handed_to_the_writers_are_reserved_until_each_ends() -> None:
     writer = MemoryWriter(failing={"ns/b": WriteResult(Outcome.RETRY, "409")})
     binder = Binder(
         writer,
-        room=cache.room_problem,
+        room=lambda b: cache.room_problem(b.pod, b.node, b.gpu_devices, b.gpu_fraction),
         on_bound=lambda b: (cache.assume(b.pod, b.node), ended.append((b.pod, True))),
         on_failed=lambda b, _: ended.append((b.pod, False)),
         reserve=lambda b: cache.reserve(b.pod, b.node),
