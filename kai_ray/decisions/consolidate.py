@@ -227,7 +227,7 @@ def _movable(ctx: CycleContext, group: PodGroupState, touched: set[str]) -> bool
     return known and whole and untouched and is_preemptible(group, group_priority(group))
 
 
-def protection_end(ctx: CycleContext, group: PodGroupState) -> float | None:
+def _protection_end(ctx: CycleContext, group: PodGroupState) -> float | None:
     """When `consolidationMinRuntime` stops protecting the gang; None when it does not."""
     minimum = duration_seconds(ctx.config.consolidationMinRuntime)
     started = unix_seconds(started_at(group))
@@ -237,7 +237,7 @@ def protection_end(ctx: CycleContext, group: PodGroupState) -> float | None:
 
 
 def _protected(ctx: CycleContext, group: PodGroupState) -> bool:
-    end = protection_end(ctx, group)
+    end = _protection_end(ctx, group)
     if end is None or end <= ctx.now:
         return False
     earliest = ctx.transaction.memo.find(PROTECTED_UNTIL, None)

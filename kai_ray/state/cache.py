@@ -29,6 +29,7 @@ from typing import Any
 
 from cachetools import TTLCache
 
+from kai_ray.state.devices import account_node
 from kai_ray.state.dra_allocate import ClaimAllocation
 from kai_ray.state.dra_status import allocation_body
 from kai_ray.state.dra_view import EMPTY as EMPTY_DRA
@@ -635,32 +636,26 @@ class ClusterCache:
         fraction: float,
         asked: Resources,
     ) -> str | None:
-        """The share's devices have room for it, and the node has a device for every
-        whole GPU and every device shares sit on (whole GPUs take untouched devices)."""
+        """The node's devices as the snapshot accounts them (`account_node`) from the
+        other GPU pods on it: the share's devices have room for it, or there are
+        untouched devices for the whole GPUs."""
         facts = self._node_facts.get(node)
         memory = facts[0].gpu_memory_mib if facts is not None else 0.0
-        shared: dict[int, float] = {}
-        whole = 0
-        for other in self._on_node.get(node, ()):
+        others = []
+        for other in sorted(self._on_node.get(node, ())):
             reading = self.pod_reading(other) if other != key else None
             state = reading[0] if reading is not None else None
-            if state is None or state.terminal or state.node != node:
-                continue
-            if state.gpu_share is None:
-                whole += int(state.requests[GPU])
-                continue
-            share = state.gpu_fraction or state.gpu_share.fraction_of(memory) or 0.0
-            for device in state.devices:
-                shared[device] = shared.get(device, 0.0) + share
-        if fraction > 0:
-            for device in devices:
-                held = shared.get(device, 0.0)
-                if held + fraction > 1.0 + EPSILON:
-                    return f"GPU device {device} of node {node} has {max(1.0 - held, 0.0):g} free"
-        taken = shared.keys() | set(devices if fraction > 0 else ())
-        if whole + int(asked[GPU]) + len(taken) > count:
-            use = f"{count - whole} not held whole, {len(shared)} shared"
-            return f"node {node} has no GPU device free ({use})"
+            if state is not None and state.uses_gpu and not state.terminal and state.node == node:
+                others.append(state)
+        held = account_node(count, memory, others).devices
+        if fraction <= 0:
+            if held.whole_free < int(asked[GPU]):
+                return f"node {node} has {held.whole_free} untouched GPU devices"
+            return None
+        for device in devices:
+            room = float(held.free[device]) if device < held.count else 0.0
+            if room + EPSILON < fraction:
+                return f"GPU device {device} of node {node} has {max(room, 0.0):g} free"
         return None
 
     def _held_on(self, node: str, excluding: str) -> Resources:

@@ -151,9 +151,7 @@ def test_the_room_check_counts_the_shares_on_each_gpu_device() -> None:
     assert cache.room_problem("ns/new", "n1", (0,), 0.75) is None
     cache.assume("ns/new", "n1", "0")
     cache.upsert(pod("whole", 1))  # device 0 and device 1 each hold a share: none is free
-    assert cache.room_problem("ns/whole", "n1") == (
-        "node n1 has no GPU device free (2 not held whole, 2 shared)"
-    )
+    assert cache.room_problem("ns/whole", "n1") == "node n1 has 0 untouched GPU devices"
     cache.delete("Pod", "ns/going")
     assert cache.room_problem("ns/whole", "n1") is None
 
