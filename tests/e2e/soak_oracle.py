@@ -357,16 +357,26 @@ def _copy(usage: NodeUsage) -> NodeUsage:
     return NodeUsage(usage.gpus, usage.pods, dict(usage.devices), usage.unnamed)
 
 
-def fits_somewhere(pods: list[PodView], group: GangView, room: Room) -> bool:
-    """The pods fit together, inside one domain of the required level if there is one."""
+def fits_somewhere(
+    pods: list[PodView], group: GangView, room: Room, anchors: Iterable[str] = ()
+) -> bool:
+    """The pods fit together, inside one domain of the required level if there is one.
+
+    `anchors` are the nodes of members already bound: a required domain must
+    hold them too, so only their domain counts (the rest of a partly bound gang
+    joins its bound members; if they cannot, the stale-gang grace frees them)."""
     schedulable = [n for n in room.nodes.values() if n.schedulable]
     if group.required_label is None:
         return first_fit(pods, schedulable, room)
+    label = group.required_label
+    held = {room.nodes[n].labels.get(label) for n in anchors if n in room.nodes}
     domains: dict[str, list[NodeView]] = {}
     for node in schedulable:
-        value = node.labels.get(group.required_label)
-        if value is not None:
+        value = node.labels.get(label)
+        if value is not None and (not held or value in held):
             domains.setdefault(value, []).append(node)
+    if len(held) > 1:
+        return False  # bound members already span domains: nothing more joins them
     return any(first_fit(pods, members, room) for members in domains.values())
 
 
@@ -398,10 +408,11 @@ def fit_pending(
         if not whole and _over_quota(group.queue, queues, allocated) and waiting - {group.queue}:
             continue  # an extra beyond its quota, while another queue waits: fairness's call
         tries = [pending] if whole else [[p] for p in pending]
+        anchors = [p.node for p in members if p.node and p.holds and not p.deleting]
         for pods in tries:
             asked = sum(p.gpu_amount for p in pods)
             if not over_limit(group.queue, asked, queues, allocated) and fits_somewhere(
-                pods, group, room
+                pods, group, room, anchors
             ):
                 what = "all its pending pods" if whole else f"pod {pods[0].key}"
                 found[key] = f"{what} ({asked:g} GPUs) fit now"
