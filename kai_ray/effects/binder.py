@@ -83,6 +83,8 @@ class WriteResult:
 
 
 DONE = WriteResult(Outcome.DONE)
+#: A write of a replica that no longer leads: not made (the leader plans it anew).
+NOT_LEADING = WriteResult(Outcome.RETRY, "not written: this replica no longer leads")
 
 
 class ClusterWriter(Protocol):
@@ -159,6 +161,11 @@ class Binder:
     submit: Callable[[Callable[[], None]], None] | None = None
     #: Called after each bind that failed or was skipped, with why.
     on_failed: Callable[[Bind, WriteResult], None] | None = None
+    #: Whether this replica may still write (the operator: it holds the Lease). A
+    #: bind or an eviction planned while leading is dropped once it no longer does:
+    #: the new leader plans from its own view, and a bind waiting in the back for an
+    #: evicted pod to go would otherwise land on room the new leader gave away.
+    may_write: Callable[[], bool] | None = None
     _background: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
     _waiting: list[Future[None]] = field(default_factory=list, init=False, repr=False)
 
@@ -285,6 +292,8 @@ class Binder:
             return list(pool.map(work, items))
 
     def _evict(self, evict: Evict) -> WriteResult:
+        if not self._may_write():
+            return NOT_LEADING
         message = f"evicted by kai-ray ({evict.reason}) with its gang {evict.group}"
         if evict.for_queue is not None:
             message += f", for queue {evict.for_queue}"
@@ -304,6 +313,9 @@ class Binder:
             result = WriteResult(Outcome.RETRY, f"bind to {bind.node} skipped: {problem}")
             self._failed(bind, result)
             return result
+        if not self._may_write():
+            self._failed(bind, NOT_LEADING)
+            return NOT_LEADING
         pod = snapshot.pods.get(bind.pod)
         if pod is not None and ADMISSION_GATE in pod.scheduling_gates:
             lifted = self.writer.lift_gate(bind.pod, ADMISSION_GATE)
@@ -357,12 +369,15 @@ class Binder:
             self.on_failed(bind, result)
         self.writer.record_event(_pod_ref(bind.pod), True, "FailedBinding", result.message)
 
+    def _may_write(self) -> bool:
+        return self.may_write is None or self.may_write()
+
     def _room_problem(self, bind: Bind, wait: bool) -> str | None:
         if self.room is None:
             return None
         problem = self.room(bind)
         deadline = time.monotonic() + (self.eviction_wait_s if wait else 0.0)
-        while problem is not None and time.monotonic() < deadline:
+        while problem is not None and time.monotonic() < deadline and self._may_write():
             self.sleep(0.2)
             problem = self.room(bind)
         return problem

@@ -711,7 +711,10 @@ class LeaseElector(threading.Thread):
 
     The holder renews every `renew_s`; another replica takes the Lease once it
     has not been renewed for `duration_s`. Writes carry the Lease's
-    resourceVersion, so two replicas never both win."""
+    resourceVersion, so two replicas never both win. The holder counts itself
+    the leader (`holds`) only while its last renewal is younger than two thirds
+    of `duration_s`: a renewal that hangs or fails ends its writes well before
+    another replica may take the Lease."""
 
     def __init__(
         self,
@@ -729,16 +732,33 @@ class LeaseElector(threading.Thread):
         self.namespace, self.lease_name, self.identity = namespace, name, identity
         self.stop, self.duration_s, self.renew_s = stop, duration_s, renew_s
         self.leading = threading.Event()
+        #: When the Lease was last won or renewed (monotonic seconds).
+        self.renewed_at = -float("inf")
+        self.monotonic: Callable[[], float] = time.monotonic
 
     def run(self) -> None:
         while not self.stop.is_set():
-            try:
-                won = self._try()
-            except Exception as err:
-                LOG.warning("lease %s: %s", self.lease_name, err)
-                won = False
-            self._set(won)
+            self.renew_once()
             self.stop.wait(self.renew_s)
+
+    def renew_once(self) -> None:
+        """Take or renew the Lease if this replica may; `leading` says the outcome."""
+        started = self.monotonic()
+        try:
+            won = self._try()
+        except Exception as err:
+            LOG.warning("lease %s: %s", self.lease_name, err)
+            won = False
+        if won:
+            self.renewed_at = started  # the Lease's renewTime is no earlier
+        self._set(won)
+
+    def holds(self) -> bool:
+        """Whether this replica leads and may write: it won the Lease and renewed it
+        within two thirds of its duration (the rest is the margin before another
+        replica may take it)."""
+        fresh = self.monotonic() - self.renewed_at < self.duration_s * 2 / 3
+        return self.leading.is_set() and fresh
 
     def _set(self, won: bool) -> None:
         if won != self.leading.is_set():

@@ -132,6 +132,7 @@ class SchedulingLoop:
             unreserve=self._forget,
             submit=functools.partial(self.backlog.later, urgency=Urgency.BIND),
             on_failed=self._bind_failed,
+            may_write=self.leading,
         )
         self.informers = [
             Informer(rest, kind, self._on_list, self._on_event, self.stop_event) for kind in WATCHED
@@ -185,7 +186,7 @@ class SchedulingLoop:
         return all(informer.synced.is_set() for informer in self.informers)
 
     def leading(self) -> bool:
-        return self.elector is None or self.elector.leading.is_set()
+        return self.elector is None or self.elector.holds()
 
     def alive(self) -> bool:
         return self._thread.is_alive() and all(i.is_alive() for i in self.informers)

@@ -447,7 +447,10 @@ class Soak:
         counts.overcommitted_nodes = oracle.overcommitted(
             nodes.values(), oracle.node_usage(nodes.values(), pods)
         )
-        counts.overcommitted_during_run = sorted({line for _, line in observer.overcommits})
+        counts.overcommitted_during_run = [
+            f"{line} (first seen at +{at - self.started:.1f}s, held by: {'; '.join(held)})"
+            for line, (at, held) in sorted(observer.overcommit_seen.items())
+        ]
         origin = self.started
         counts.partial_gangs_past_grace = checker.long_episodes(
             episodes, "partial", 3, origin, self.grace_s

@@ -212,6 +212,8 @@ class Observer:
     open: dict[tuple[str, str], Episode] = field(default_factory=dict)
     evictions: list[EvictionSeen] = field(default_factory=list)
     overcommits: list[tuple[float, str]] = field(default_factory=list)
+    #: Each overcommit line, when first seen and the pods holding its node then.
+    overcommit_seen: dict[str, tuple[float, list[str]]] = field(default_factory=dict)
     #: Gangs the soak deleted (their pods going is not a fault of the scheduler).
     deleted: set[str] = field(default_factory=set)
     #: The gang of every pod seen, by pod key (the audit log names pods only).
@@ -410,6 +412,8 @@ class Observer:
         partial = oracle.partial_gangs(members, gangs, nodes)
         over = oracle.overcommitted(nodes.values(), usage)
         self.overcommits.extend((now, line) for line in over)
+        for line in over:
+            self.overcommit_seen.setdefault(line, (now, _holding(line, pods)))
         sample = Sample(now, available, len(fitting), len(partial), over)
         for state, found in (("fit", fitting), ("partial", partial)):
             oldest = self._track(state, found, now, elapsed if available else 0.0)
@@ -470,3 +474,16 @@ def _kai_ray_reason(pod: Mapping[str, Any]) -> str:
         if condition.get("type") == DISRUPTION_TARGET and reason.startswith("KaiRay"):
             return reason.removeprefix("KaiRay")
     return ""
+
+
+def _holding(line: str, pods: list[oracle.PodView]) -> list[str]:
+    """The pods holding the node an overcommit line names: GPUs, devices, state."""
+    node = line.split()[1].rstrip(":")
+    held = []
+    for pod in pods:
+        if pod.node == node and pod.holds:
+            amount = f"{pod.fraction:g} of a GPU" if pod.fraction else f"{pod.gpus} GPUs"
+            devices = f" on device {','.join(map(str, pod.devices))}" if pod.devices else ""
+            state = " deleting" if pod.deleting else ""
+            held.append(f"{pod.key}: {amount}{devices}, {pod.phase}{state}")
+    return held

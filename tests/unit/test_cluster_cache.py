@@ -356,6 +356,42 @@ def test_a_deferred_bind_that_never_gets_its_room_gives_the_reservation_back() -
     binder.close()
 
 
+def test_a_deferred_bind_of_a_replica_that_stopped_leading_is_dropped() -> None:
+    """A bind waiting in the back for an evicted pod to go is not made once the
+    replica no longer leads, even when the room comes: the new leader plans that
+    room from its own view (a bind made anyway overcommits what it gave away)."""
+    cache = ClusterCache()
+    for obj in (node("n1"), node("n2"), pod("v", 8, "n1"), pod("a", 8), pod("b", 8)):
+        cache.upsert(obj)
+    writer = MemoryWriter()
+    leading = [True]
+    binder = _reserving_binder(cache, writer, wait_s=30.0)
+    binder.may_write = lambda: leading[0]
+    report = binder.apply(_plan_moving_v_out_for_a(), cache.snapshot(), 0.0)
+    assert [b.pod for b in report.bound] == ["ns/b"]  # made while leading
+    leading[0] = False  # the Lease is lost while the evicted pod is going
+    cache.delete(POD, "ns/v")
+    binder.wait_deferred(timeout=10)
+    assert ("bind", "ns/a@n1:{}") not in writer.calls
+    assert cache.snapshot().pods["ns/a"].node is None  # its reservation given back
+    binder.close()
+
+
+def test_a_replica_that_no_longer_leads_neither_evicts_nor_binds() -> None:
+    cache = ClusterCache()
+    for obj in (node("n1"), node("n2"), pod("v", 8, "n1"), pod("a", 8), pod("b", 8)):
+        cache.upsert(obj)
+    writer = MemoryWriter()
+    binder = _reserving_binder(cache, writer, wait_s=0.0)
+    binder.may_write = lambda: False
+    report = binder.apply(_plan_moving_v_out_for_a(), cache.snapshot(), 0.0)
+    assert writer.calls == []
+    assert (report.evicted, report.bound) == ([], [])
+    assert [r.message for _, r in report.failed_evictions] == [
+        "not written: this replica no longer leads"
+    ]
+
+
 def test_binds_handed_to_the_writers_are_reserved_until_each_ends() -> None:
     """With `submit`, `apply` reserves every bind and returns before any is made;
     a reservation does not expire while its bind waits its turn; a bind made is

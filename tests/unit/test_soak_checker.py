@@ -144,16 +144,22 @@ FIT_CASES += [
         id="a member that finished counts towards the minimum: the other one fits",
     ),
     pytest.param(
-        [pod("a-0", 4, on="n0", group="a"), pod("x", 2, on="n0", group="x")]
-        + [pod("a-1", 4, group="a")],
+        [
+            pod("a-0", 4, on="n0", group="a"),
+            pod("x", 2, on="n0", group="x"),
+            pod("a-1", 4, group="a"),
+        ],
         [node("n0"), node("n1", rack="r1")],
         [gang("a", 2, "rack"), gang("x", 1)],
         [],
         id="the rest of a partly bound gang held to a rack must join its bound member's rack",
     ),
     pytest.param(
-        [pod("a-0", 4, on="n0", group="a"), pod("x", 2, on="n0", group="x")]
-        + [pod("a-1", 4, group="a")],
+        [
+            pod("a-0", 4, on="n0", group="a"),
+            pod("x", 2, on="n0", group="x"),
+            pod("a-1", 4, group="a"),
+        ],
         [node("n0"), node("n1", rack="r1")],
         [gang("a", 2), gang("x", 1)],
         ["ns/a"],
