@@ -429,7 +429,9 @@ def _queues_waiting(gangs: Mapping[str, list[PodView]], groups: Mapping[str, Gan
     }
 
 
-def _over_quota(queue: str, queues: Mapping[str, QueueView], allocated: Mapping[str, float]) -> bool:
+def _over_quota(
+    queue: str, queues: Mapping[str, QueueView], allocated: Mapping[str, float]
+) -> bool:
     view = queues.get(queue)
     return view is not None and allocated.get(queue, 0.0) >= view.quota - EPSILON
 

@@ -19,7 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kai_ray.decisions.placement.filters import static_mask, static_nodes
-from kai_ray.decisions.placement.fit import choose_devices, choose_node, room_on
+from kai_ray.decisions.placement.fit import (
+    choose_devices,
+    choose_node,
+    imbalance_added,
+    room_on,
+)
 from kai_ray.decisions.placement.mix import MIX, TransactionMix, WorkloadMix, mix_of
 from kai_ray.decisions.placement.shapes import PodShape, shape_of
 from kai_ray.decisions.placement.stranding import resource_weights, score_nodes
@@ -297,6 +302,59 @@ def test_a_single_gpu_pod_keeps_the_whole_node_an_eight_gpu_pod_needs() -> None:
     place(tx, pod(1, 1, gpus=1), 1, (0,))
     observe(tx, [(pod(8, 64, gpus=8), 1.0), (pod(2, 8, gpus=1), 3.0)])
     assert chosen_node(tx, pod(2, 8, gpus=1)) == "started"
+
+
+def test_on_a_tie_a_pod_light_on_cpu_evens_out_the_node_short_of_cores() -> None:
+    """Every class of the mix fits on both nodes before and after (the scores tie).
+    "half" is half used in its own proportion; "cores" has given most of its CPU to a
+    CPU-only pod, so its GPUs need pods light on CPU. Bin-packing takes the fuller
+    "half"; the tie-break takes "cores", which the pod evens out, and keeps "half"
+    able to take the pods heavy on CPU the mix asks for too."""
+    tx = transaction(
+        [
+            make_node("half").cpu(64).memory("256Gi").gpus(8).build(),
+            make_node("cores").cpu(64).memory("256Gi").gpus(8).build(),
+        ]
+    )
+    place(tx, pod(32, 128, gpus=4), 0, (0, 1, 2, 3))
+    place(tx, pod(40, 40), 1, ())
+    observe(tx, [(pod(1, 8, gpus=1), 3.0), (pod(12, 32, gpus=1), 3.0)])
+    light = pod(1, 8, gpus=1)
+    shape = shape_of(tx, light)
+    mix = mix_of(tx, FRAGMENTATION.fragmentation).arrays(tx)
+    scores = score_nodes(tx, shape, np.arange(2), mix)
+    assert scores.score[0] == pytest.approx(scores.score[1])  # a tie on what is stranded
+    assert imbalance_added(tx, shape, np.arange(2)) == pytest.approx([0.109375, -0.109375])
+    binpack = choose_node(tx, shape, static_nodes(tx, light), BINPACK)
+    assert tx.snapshot.node_names[binpack or 0] == "half"
+    assert chosen_node(tx, light) == "cores"
+
+
+@given(st.data())
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_the_imbalance_a_pod_adds_is_alike_on_nodes_alike_in_proportion(
+    data: st.DataObject,
+) -> None:
+    """An empty node and one used in the node's own proportion get the same imbalance
+    from a pod, so packing decides between them (GPU pods keep packing); and a pod
+    asking for one resource only adds none."""
+    cpus, memory, gpus = data.draw(st.sampled_from(NODE_SHAPES[1:]))
+    used = data.draw(st.integers(1, gpus - 1)) if gpus > 1 else 0
+    nodes = [
+        make_node(name).cpu(cpus).memory(f"{memory}Gi").gpus(gpus).build()
+        for name in ("empty", "used")
+    ]
+    tx = transaction(nodes)
+    if used:
+        place(tx, pod(cpus * used / gpus, memory * used / gpus, gpus=used), 1, tuple(range(used)))
+    c, m, g, share = data.draw(st.sampled_from(PALETTE))
+    state = pod(c, m, g, share)
+    shape = shape_of(tx, state)
+    if np.all(room_on(tx, shape, np.arange(2)) > 0):
+        added = imbalance_added(tx, shape, np.arange(2))
+        assert added[0] == pytest.approx(added[1])
+    alone = pod(0, 0, gpus=1)
+    assert np.all(imbalance_added(tx, shape_of(tx, alone), np.arange(2)) == 0)
 
 
 def test_without_a_mix_the_strategy_packs() -> None:

@@ -15,6 +15,7 @@ partly used device that fits, else the lowest untouched one. The
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 import numpy as np
@@ -25,7 +26,7 @@ from kai_ray.decisions.placement.shapes import PodShape
 from kai_ray.decisions.placement.stranding import choose_least_stranding, device_for_share
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.values.config import SchedulerConfigSpec
-from kai_ray.values.resources import EPSILON, GPU, format_amount
+from kai_ray.values.resources import CORE, EPSILON, GPU, format_amount
 from kai_ray.workloads.pod_fields import GPU_MEMORY_LABEL
 
 Matrix = npt.NDArray[np.float64]
@@ -36,6 +37,9 @@ Stages = list[tuple[str, npt.NDArray[np.bool_]]]
 UNBOUNDED = 1 << 30
 #: Score bonus that puts nodes with a partly used device that fits first, for shares.
 PACKING_BONUS = 1e6
+#: In `fragmentation`'s tie-break, the imbalance a pod adds (at most 1) counts this
+#: many times bin-packing's score (a sum of a few shares): balance first, then packing.
+BALANCE_FIRST = 100.0
 
 
 def room(
@@ -72,8 +76,8 @@ def choose_node(
     if config.placementStrategy == "fragmentation":
         mix = mix_of(tx, config.fragmentation).arrays(tx)
         if len(mix.probability):
-            packing = lambda tied: _remaining_share(tx, shape, tied)  # noqa: E731
-            return choose_least_stranding(tx, shape, fit, mix, packing)
+            tie_break = functools.partial(_balance_then_packing, tx, shape)
+            return choose_least_stranding(tx, shape, fit, mix, tie_break)
     score = _remaining_share(tx, shape, fit)
     spread = config.placementStrategy == "spread"
     if shape.shares_gpu:
@@ -95,6 +99,45 @@ def _remaining_share(tx: Transaction, shape: PodShape, fit: Indices) -> Matrix:
     left = tx.free[np.ix_(fit, columns)] - need
     share: Matrix = np.sum(left / np.where(allocatable > 0, allocatable, 1.0), axis=1)
     return share
+
+
+def _balance_then_packing(tx: Transaction, shape: PodShape, nodes: Indices) -> Matrix:
+    """`fragmentation`'s tie-break, lowest first: the node whose
+    use the pod makes most even (`imbalance_added`), then the fullest. A pod heavy on
+    CPU goes where cores are left over beside the GPUs, one light on CPU where cores
+    are short, so no node ends with GPUs no pod can reach for want of cores (or
+    cores no GPU pod can use). Measured on bench_fragmentation: docs/placement.md."""
+    return BALANCE_FIRST * imbalance_added(tx, shape, nodes) + _remaining_share(tx, shape, nodes)
+
+
+def imbalance_added(tx: Transaction, shape: PodShape, nodes: Indices) -> Matrix:
+    """Per node, how much the pod raises its imbalance: of CPU, memory and GPUs, those
+    the pod asks for and the node has, the largest share left minus the smallest
+    (0 when fewer than two), once the pod is on it against now. Negative when it
+    evens the node out; alike on nodes alike in proportion, so packing decides
+    between an empty node and a partly used one of the same balance."""
+    snapshot = tx.snapshot
+    columns = np.array([snapshot.column(name) for name in CORE], dtype=np.intp)  # always there
+    asked = shape.need[columns] > 0
+    asked[CORE.index(GPU)] |= shape.shares_gpu
+    allocatable = snapshot.allocatable[np.ix_(nodes, columns)]
+    has = (allocatable > 0) & asked
+    if not np.any(has.sum(axis=1) >= 2):
+        return np.zeros(len(nodes))
+    free = tx.free[np.ix_(nodes, columns)]
+    taken = np.broadcast_to(shape.need[columns], free.shape).copy()
+    if shape.shares_gpu:
+        taken[:, CORE.index(GPU)] += shape.fraction[nodes]
+    added: Matrix = _imbalance(free - taken, allocatable, has) - _imbalance(free, allocatable, has)
+    return added
+
+
+def _imbalance(left: Matrix, allocatable: Matrix, has: npt.NDArray[np.bool_]) -> Matrix:
+    share = left / np.where(has, allocatable, 1.0)
+    most = np.where(has, share, -np.inf).max(axis=1, initial=-np.inf)
+    least = np.where(has, share, np.inf).min(axis=1, initial=np.inf)
+    spread: Matrix = np.where(has.sum(axis=1) >= 2, most - least, 0.0)
+    return spread
 
 
 def _has_partial_device(tx: Transaction, shape: PodShape, fit: Indices) -> Matrix:

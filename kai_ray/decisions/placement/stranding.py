@@ -429,7 +429,7 @@ def choose_least_stranding(
     packing: Callable[[Indices], Matrix],
 ) -> int:
     """The node of `fit` whose placement strands least (ties as the module says;
-    `packing` scores nodes for bin-packing, lowest first)."""
+    `packing` scores the tied nodes, lowest first)."""
     choice = score_nodes(tx, shape, fit, mix, packing)
     keep = choice.score <= choice.score.min() + TIE
     if not shape.shares_gpu and not shape.whole_gpus:
