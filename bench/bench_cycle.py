@@ -47,7 +47,9 @@ SPREAD_AFFINITY = {
 }
 
 
-def objects(pod_count: int, node_count: int, inter_pod: int = 0) -> ClusterObjects:
+def objects(
+    pod_count: int, node_count: int, inter_pod: int = 0, mixed: bool = False
+) -> ClusterObjects:
     queues = [make_queue("root").build()]
     queues += [
         make_queue(f"team-{i}").parent("root").gpu(quota=node_count * 2).build()
@@ -58,6 +60,9 @@ def objects(pod_count: int, node_count: int, inter_pod: int = 0) -> ClusterObjec
     every = pod_count // inter_pod if inter_pod else 0
     for i in range(pod_count):
         pod = make_pod(f"p{i}").gpus(1).scheduler("kai-ray").group(f"g{i}").created(i % 3600)
+        if mixed:  # CPU and memory asked too, in several proportions to the GPU
+            cores = MIXED_CORES[i % len(MIXED_CORES)]
+            pod = pod.cpu(cores).memory(f"{cores * 4}Gi")
         if every and i % every == 0 and i // every < inter_pod:
             pod = pod.label(*SPREAD_LABEL).set("spec.affinity", SPREAD_AFFINITY)
         pods.append(pod.build())
@@ -69,6 +74,10 @@ def objects(pod_count: int, node_count: int, inter_pod: int = 0) -> ClusterObjec
             .build()
         )
     return ClusterObjects(nodes=nodes(node_count), pods=pods, pod_groups=groups, queues=queues)
+
+
+#: With `--mixed`: the cores of each pod in turn (and 4 GiB of memory per core).
+MIXED_CORES = (1, 4, 12, 24)
 
 
 def baseline_first_fit(snapshot: Snapshot) -> int:
@@ -93,6 +102,11 @@ def main() -> None:
         help="placementStrategy values, each timed on the same snapshot (binpack,fragmentation)",
     )
     parser.add_argument(
+        "--mixed",
+        action="store_true",
+        help="pods ask 1 to 24 cores (and memory) with their GPU, not a GPU alone",
+    )
+    parser.add_argument(
         "--inter-pod",
         type=int,
         default=0,
@@ -104,7 +118,7 @@ def main() -> None:
         f"{__import__('os').cpu_count()} CPUs"
     )
     start = time.perf_counter()
-    snapshot = build_snapshot(objects(args.pods, args.nodes, args.inter_pod))
+    snapshot = build_snapshot(objects(args.pods, args.nodes, args.inter_pod, args.mixed))
     built = time.perf_counter()
     placed = baseline_first_fit(snapshot)
     base = time.perf_counter()
