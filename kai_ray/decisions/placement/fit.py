@@ -102,11 +102,11 @@ def _remaining_share(tx: Transaction, shape: PodShape, fit: Indices) -> Matrix:
 
 
 def _balance_then_packing(tx: Transaction, shape: PodShape, nodes: Indices) -> Matrix:
-    """`fragmentation`'s tie-break, lowest first: the node whose
-    use the pod makes most even (`imbalance_added`), then the fullest. A pod heavy on
-    CPU goes where cores are left over beside the GPUs, one light on CPU where cores
-    are short, so no node ends with GPUs no pod can reach for want of cores (or
-    cores no GPU pod can use). Measured on bench_fragmentation: docs/placement.md."""
+    """`fragmentation`'s tie-break, lowest first: the node whose use the pod makes
+    most even (`imbalance_added`), then the fullest. A pod heavy on CPU goes where
+    cores are left over beside the GPUs, one light on CPU where cores are short, so
+    fewer nodes end with GPUs no pod can reach for want of cores (or cores no GPU pod
+    can use). Measured on bench_fragmentation: docs/placement.md."""
     return BALANCE_FIRST * imbalance_added(tx, shape, nodes) + _remaining_share(tx, shape, nodes)
 
 

@@ -21,8 +21,9 @@ unusable; docs/placement.md); the lowest score wins. A share is scored on each
 device it could take and goes to the best one. No weight is negative and the
 GPU one is positive, so a placement that strands strictly more of every
 resource never scores better. Ties go to, in order: for pods without GPUs, the
-node with the fewest free GPUs (a node without GPUs first); the bin-packing
-score; the node listed first. A node's score depends only on that node, the
+node with the fewest free GPUs (a node without GPUs first); the caller's
+tie-break (`fit.py`: the node the pod evens out most, then the fullest); the
+node listed first. A node's score depends only on that node, the
 pod's shape and the mix, so scores are kept per transaction and worked out
 again only for nodes placed on since (`_Scores`, `_Known`). Pure: no I/O.
 """
