@@ -311,6 +311,14 @@ def _plan_moving_v_out_for_a() -> Plan:
     return plan
 
 
+def _cache_with_v_on_n1() -> ClusterCache:
+    """Two 8-GPU nodes, `v` running on n1, `a` and `b` waiting (for the plan above)."""
+    cache = ClusterCache()
+    for obj in (node("n1"), node("n2"), pod("v", 8, "n1"), pod("a", 8), pod("b", 8)):
+        cache.upsert(obj)
+    return cache
+
+
 def _reserving_binder(cache: ClusterCache, writer: MemoryWriter, wait_s: float) -> Binder:
     return Binder(
         writer,
@@ -325,9 +333,7 @@ def _reserving_binder(cache: ClusterCache, writer: MemoryWriter, wait_s: float) 
 def test_a_bind_waiting_for_evicted_pods_holds_its_room_but_not_the_cycle() -> None:
     """The bind onto the node the plan evicts from waits in the background, its
     room reserved (read as bound there); the other node's bind is made at once."""
-    cache = ClusterCache()
-    for obj in (node("n1"), node("n2"), pod("v", 8, "n1"), pod("a", 8), pod("b", 8)):
-        cache.upsert(obj)
+    cache = _cache_with_v_on_n1()
     writer = MemoryWriter()
     binder = _reserving_binder(cache, writer, wait_s=30.0)
     report = binder.apply(_plan_moving_v_out_for_a(), cache.snapshot(), 0.0)
@@ -343,9 +349,7 @@ def test_a_bind_waiting_for_evicted_pods_holds_its_room_but_not_the_cycle() -> N
 
 
 def test_a_deferred_bind_that_never_gets_its_room_gives_the_reservation_back() -> None:
-    cache = ClusterCache()
-    for obj in (node("n1"), node("n2"), pod("v", 8, "n1"), pod("a", 8), pod("b", 8)):
-        cache.upsert(obj)
+    cache = _cache_with_v_on_n1()
     writer = MemoryWriter()
     binder = _reserving_binder(cache, writer, wait_s=0.3)
     binder.apply(_plan_moving_v_out_for_a(), cache.snapshot(), 0.0)
@@ -360,9 +364,7 @@ def test_a_deferred_bind_of_a_replica_that_stopped_leading_is_dropped() -> None:
     """A bind waiting in the back for an evicted pod to go is not made once the
     replica no longer leads, even when the room comes: the new leader plans that
     room from its own view (a bind made anyway overcommits what it gave away)."""
-    cache = ClusterCache()
-    for obj in (node("n1"), node("n2"), pod("v", 8, "n1"), pod("a", 8), pod("b", 8)):
-        cache.upsert(obj)
+    cache = _cache_with_v_on_n1()
     writer = MemoryWriter()
     leading = [True]
     binder = _reserving_binder(cache, writer, wait_s=30.0)
@@ -378,9 +380,7 @@ def test_a_deferred_bind_of_a_replica_that_stopped_leading_is_dropped() -> None:
 
 
 def test_a_replica_that_no_longer_leads_neither_evicts_nor_binds() -> None:
-    cache = ClusterCache()
-    for obj in (node("n1"), node("n2"), pod("v", 8, "n1"), pod("a", 8), pod("b", 8)):
-        cache.upsert(obj)
+    cache = _cache_with_v_on_n1()
     writer = MemoryWriter()
     binder = _reserving_binder(cache, writer, wait_s=0.0)
     binder.may_write = lambda: False

@@ -128,6 +128,13 @@ FIT_CASES = [
 ]
 
 
+#: A gang of two 4-GPU pods, one bound on n0 (rack r0, 2 GPUs left after another
+#: pod), the other pending; n1 (rack r1) is empty.
+PARTLY_BOUND = (
+    [pod("a-0", 4, on="n0", group="a"), pod("x", 2, on="n0", group="x"), pod("a-1", 4, group="a")],
+    [node("n0"), node("n1", rack="r1")],
+)
+
 FIT_CASES += [
     pytest.param(
         [pod("a-0", 1, on="gone", group="a")] * 3 + [pod("a-3", 1, group="a")],
@@ -144,23 +151,13 @@ FIT_CASES += [
         id="a member that finished counts towards the minimum: the other one fits",
     ),
     pytest.param(
-        [
-            pod("a-0", 4, on="n0", group="a"),
-            pod("x", 2, on="n0", group="x"),
-            pod("a-1", 4, group="a"),
-        ],
-        [node("n0"), node("n1", rack="r1")],
+        *PARTLY_BOUND,
         [gang("a", 2, "rack"), gang("x", 1)],
         [],
         id="the rest of a partly bound gang held to a rack must join its bound member's rack",
     ),
     pytest.param(
-        [
-            pod("a-0", 4, on="n0", group="a"),
-            pod("x", 2, on="n0", group="x"),
-            pod("a-1", 4, group="a"),
-        ],
-        [node("n0"), node("n1", rack="r1")],
+        *PARTLY_BOUND,
         [gang("a", 2), gang("x", 1)],
         ["ns/a"],
         id="without a required rack the rest of a partly bound gang may go anywhere",
