@@ -45,7 +45,7 @@ import enum
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -98,7 +98,7 @@ class ClusterWriter(Protocol):
 
     def write_group_status(self, status: GroupStatus, now: float) -> WriteResult: ...
 
-    def resume_workload(self, kind: str, key: str) -> WriteResult: ...
+    def resume_workload(self, kind: str, key: str, nodes: Sequence[str]) -> WriteResult: ...
 
     def write_claim(
         self, namespace: str, name: str, allocation: ClaimAllocation, consumer: Consumer
@@ -272,7 +272,7 @@ class Binder:
             else:
                 owners.setdefault(owner, {})[bind.pod] = bind.node
         for (kind, key), placed in owners.items():
-            result = self.writer.resume_workload(kind, key)
+            result = self.writer.resume_workload(kind, key, [placed[p] for p in sorted(placed)])
             namespace, _, name = key.partition("/")
             if result.ok:
                 report.resumed.append((kind, key))

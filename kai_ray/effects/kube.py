@@ -31,7 +31,7 @@ import random
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -49,6 +49,7 @@ from kai_ray.state.dra_status import ClaimWrite, Consumer, allocation_write, rel
 from kai_ray.values.api import GROUP, VERSION
 from kai_ray.values.dra import DRA_API_VERSION, ResourceClaim
 from kai_ray.values.errors import ObjectRef, UnavailableError
+from kai_ray.values.names import ADMITTED_NODES_ANNOTATION
 from kai_ray.values.validation import parse_model
 
 LOG = logging.getLogger("kai_ray.kube")
@@ -580,17 +581,21 @@ class KubeWriter:
             return WriteResult(_outcome(err), f"creating PodGroup: {err.status} {err.body}")
         return DONE
 
-    def resume_workload(self, kind: str, key: str) -> WriteResult:
-        return self.set_suspend(kind, key, False)
+    def resume_workload(self, kind: str, key: str, nodes: Sequence[str]) -> WriteResult:
+        """Released from suspend, with where its gang was placed (`ADMITTED_NODES_ANNOTATION`)."""
+        return self.set_suspend(kind, key, False, {ADMITTED_NODES_ANNOTATION: ",".join(nodes)})
 
-    def set_suspend(self, kind: str, key: str, suspend: bool) -> WriteResult:
+    def set_suspend(
+        self, kind: str, key: str, suspend: bool, annotations: Mapping[str, str] | None = None
+    ) -> WriteResult:
         namespace, name = _split(key)
         plural = {"RayCluster": "rayclusters", "RayJob": "rayjobs"}[kind]
         path = f"/apis/ray.io/v1/namespaces/{namespace}/{plural}/{name}"
+        body: dict[str, Any] = {"spec": {"suspend": suspend}}
+        if annotations:
+            body["metadata"] = {"annotations": dict(annotations)}
         try:
-            self.rest.call(
-                "PATCH", path, body={"spec": {"suspend": suspend}}, content_type=MERGE_PATCH
-            )
+            self.rest.call("PATCH", path, body=body, content_type=MERGE_PATCH)
         except ApiError as err:
             return WriteResult(_outcome(err), f"suspend of {kind} {key}: {err.status}")
         return DONE

@@ -13,7 +13,7 @@ says what happened). No I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from kai_ray.decisions.plan import Bind, Evict, GroupStatus
@@ -55,7 +55,7 @@ class SimWriter:
             self._sim.persist_nominations(status.group, status.nominated)
         return DONE
 
-    def resume_workload(self, kind: str, key: str) -> WriteResult:
+    def resume_workload(self, kind: str, key: str, nodes: Sequence[str]) -> WriteResult:
         return DONE  # the simulator creates its workloads' pods unsuspended
 
     def write_claim(

@@ -35,6 +35,10 @@ PRIORITY_CLASS_LABEL = "priorityClassName"
 ADMISSION_GATE = "kai-ray.io/admission"
 #: On the pods the operator pictures for a suspended workload (never written to a cluster).
 PLACEHOLDER_ANNOTATION = "kai-ray.io/placeholder"
+#: Written with the release of a suspended workload (RayCluster, RayJob): the nodes its
+#: gang was placed on when admitted, one per pod, comma-separated. The operator holds
+#: that room until the workload's controller has made the pods (or a minute passes).
+ADMITTED_NODES_ANNOTATION = "kai-ray.io/admitted-nodes"
 
 SIM_SUBMIT_AT = "sim.kai-ray.io/submit-at"
 SIM_DURATION = "sim.kai-ray.io/duration"

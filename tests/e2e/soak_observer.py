@@ -242,6 +242,7 @@ class Observer:
             "podgroups", listing("podgroups", "scheduling.kai-ray.io", "v1alpha1"), ours, self.stop
         )
         self.rays = Mirror("rayclusters", listing("rayclusters", "ray.io", "v1"), ours, self.stop)
+        self.rayjobs = Mirror("rayjobs", listing("rayjobs", "ray.io", "v1"), ours, self.stop)
 
         def mine(obj: Mapping[str, Any]) -> bool:
             return _name(obj) in self.queues
@@ -250,6 +251,7 @@ class Observer:
             "queues", listing("queues", "scheduling.kai-ray.io", "v1alpha1"), mine, self.stop
         )
         self.lock = threading.Lock()
+        self._admitted_seen: dict[tuple[str, tuple[str, ...]], float] = {}
         self._released: collections.deque[tuple[float, str, float]] = collections.deque()
         self._sampler = threading.Thread(target=self._sample_loop, name="soak-sampler", daemon=True)
 
@@ -268,7 +270,20 @@ class Observer:
             del self.open[state]
 
     def mirrors(self) -> list[Mirror]:
-        return [self.pods, self.nodes, self.groups, self.rays, self.queue_mirror]
+        return [self.pods, self.nodes, self.groups, self.rays, self.rayjobs, self.queue_mirror]
+
+    def admitted(self, now: float) -> dict[str, tuple[float, tuple[str, ...]]]:
+        """Released workloads' admitted nodes (`oracle.admitted_nodes`) by gang, each
+        with when this release was first seen."""
+        found = {}
+        for kind, mirror in (("RayCluster", self.rays), ("RayJob", self.rayjobs)):
+            for workload in mirror.values():
+                nodes = oracle.admitted_nodes(workload)
+                if nodes:
+                    gang = oracle.workload_gang(workload, kind)
+                    seen = self._admitted_seen.setdefault((gang, nodes), now)
+                    found[gang] = (seen, nodes)
+        return found
 
     def queue_line(self) -> str:
         """allocated/requested/fair share of GPUs of every queue, from their statuses."""
@@ -408,7 +423,8 @@ class Observer:
         queue_of = self.queue_of(gangs, pods)
         usage = oracle.node_usage(nodes.values(), pods)
         allocated = oracle.queue_allocations(pods, queue_of, self.queues)
-        fitting = oracle.fit_pending(members, gangs, nodes, usage, self.queues, allocated)
+        held = oracle.admitted_room(self.admitted(now), members, now)
+        fitting = oracle.fit_pending(members, gangs, nodes, usage, self.queues, allocated, held)
         partial = oracle.partial_gangs(members, gangs, nodes)
         over = oracle.overcommitted(nodes.values(), usage)
         self.overcommits.extend((now, line) for line in over)

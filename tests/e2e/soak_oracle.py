@@ -18,6 +18,8 @@ that a bug there cannot hide itself here:
   elastic extra (its gang at its minimum) of a queue holding its quota or more
   is not judged while another queue has pods waiting: whether it may grow past
   its quota then is the fair share's call (reclaim may be taking from it).
+  Nodes where room is held for an admitted workload whose controller has not
+  made all its pods yet (`admitted_room`) are left out of the first fit.
 
 Pure: no I/O.
 """
@@ -30,6 +32,7 @@ from typing import Any
 
 from kai_ray.values.names import (
     ADMISSION_GATE,
+    ADMITTED_NODES_ANNOTATION,
     GPU_DEVICES_ANNOTATION,
     GPU_FRACTION_ANNOTATION,
     POD_GROUP_ANNOTATION,
@@ -41,6 +44,8 @@ Obj = Mapping[str, Any]
 RAY_CLUSTER_LABEL = "ray.io/cluster"
 DERIVED_ANNOTATION = "kai-ray.io/pod-group-derived"
 EPSILON = 1e-6
+#: How long the operator holds an admitted workload's room for pods not made yet.
+ADMITTED_HOLD_S = 60.0
 FINISHED = ("Succeeded", "Failed")
 
 
@@ -300,6 +305,8 @@ class Room:
 
     nodes: dict[str, NodeView]
     usage: dict[str, NodeUsage]
+    #: Nodes whose room is held for pods not made yet: no pod is placed there.
+    held: frozenset[str] = frozenset()
 
     def fits(self, pod: PodView, node: NodeView) -> bool:
         used = self.usage.setdefault(node.name, NodeUsage())
@@ -341,7 +348,7 @@ class Room:
 
 def first_fit(pods: list[PodView], candidates: list[NodeView], room: Room) -> bool:
     """Whether every pod gets a node, fullest node first, largest pod first."""
-    trial = Room(room.nodes, {n: _copy(u) for n, u in room.usage.items()})
+    trial = Room(room.nodes, {n: _copy(u) for n, u in room.usage.items()}, room.held)
     for pod in sorted(pods, key=lambda p: (-p.gpus, -p.fraction)):
         order = sorted(
             candidates, key=lambda n: trial.usage.get(n.name, NodeUsage()).untouched(n.gpus)
@@ -365,7 +372,7 @@ def fits_somewhere(
     `anchors` are the nodes of members already bound: a required domain must
     hold them too, so only their domain counts (the rest of a partly bound gang
     joins its bound members; if they cannot, the stale-gang grace frees them)."""
-    schedulable = [n for n in room.nodes.values() if n.schedulable]
+    schedulable = [n for n in room.nodes.values() if n.schedulable and n.name not in room.held]
     if group.required_label is None:
         return first_fit(pods, schedulable, room)
     label = group.required_label
@@ -387,13 +394,15 @@ def fit_pending(
     usage: Mapping[str, NodeUsage],
     queues: Mapping[str, QueueView],
     allocated: Mapping[str, float],
+    held: Iterable[str] = (),
 ) -> dict[str, str]:
     """Gangs with pending pods that fit now, each with what fits.
 
     A gang short of its minimum (members bound alive or finished count towards
     it) must have pods enough pending to reach it, and fit all of them at once
-    (its minimum is among them); a gang at its minimum, any one pending pod."""
-    room = Room(dict(nodes), dict(usage))
+    (its minimum is among them); a gang at its minimum, any one pending pod.
+    No pod is placed on the `held` nodes (`admitted_room`)."""
+    room = Room(dict(nodes), dict(usage), frozenset(held))
     found = {}
     waiting = _queues_waiting(gangs, groups)
     for key, members in gangs.items():
@@ -418,6 +427,38 @@ def fit_pending(
                 found[key] = f"{what} ({asked:g} GPUs) fit now"
                 break
     return found
+
+
+def admitted_nodes(workload: Obj) -> tuple[str, ...]:
+    """The nodes a released workload's gang was placed on when admitted (none if
+    it is suspended or was never held)."""
+    meta = workload.get("metadata") or {}
+    if (workload.get("spec") or {}).get("suspend"):
+        return ()
+    written = (meta.get("annotations") or {}).get(ADMITTED_NODES_ANNOTATION) or ""
+    return tuple(n for n in written.split(",") if n)
+
+
+def workload_gang(workload: Obj, kind: str) -> str:
+    """The gang of a RayCluster or RayJob (`kind`), named as kai-ray names it."""
+    meta = workload.get("metadata") or {}
+    prefix = "rayjob" if kind == "RayJob" else "raycluster"
+    return f"{meta.get('namespace') or 'default'}/{prefix}-{meta.get('name')}"
+
+
+def admitted_room(
+    admitted: Mapping[str, tuple[float, tuple[str, ...]]],
+    gangs: Mapping[str, list[PodView]],
+    now: float,
+) -> set[str]:
+    """Nodes where the operator holds room for admitted workloads: gang -> (when
+    its release was first seen, its admitted nodes); held while the gang has
+    fewer pods than nodes, for `ADMITTED_HOLD_S` at most."""
+    held: set[str] = set()
+    for gang, (seen, nodes) in admitted.items():
+        if now - seen < ADMITTED_HOLD_S and len(gangs.get(gang, ())) < len(nodes):
+            held.update(nodes)
+    return held
 
 
 def _queues_waiting(gangs: Mapping[str, list[PodView]], groups: Mapping[str, GangView]) -> set[str]:

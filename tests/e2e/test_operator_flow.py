@@ -19,7 +19,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kai_ray.values.names import GPU_DEVICES_ANNOTATION, QUEUE_LABEL
+from kai_ray.values.names import ADMITTED_NODES_ANNOTATION, GPU_DEVICES_ANNOTATION, QUEUE_LABEL
 from tests.builders import make_pod_group, make_queue
 
 from .nodes import RACK_LABEL, ZONE_LABEL
@@ -264,7 +264,7 @@ def test_a_raycluster_with_two_worker_groups_is_one_gang_with_a_subgroup_per_gro
     operator: OperatorProcess, sandbox: Sandbox, teams: QueueTree
 ) -> None:
     sandbox.kubectl_apply(*teams.manifests())
-    sandbox.make_nodes(2, gpus_per_node=4)
+    nodes = sandbox.make_nodes(2, gpus_per_node=4)
     workers = [Workers("cpu", 2, min_replicas=1), Workers("gpu", 2, gpus=2)]
     uid = sandbox.create(ray_cluster("mixed", teams.team_a, workers, sandbox.node_selector))[
         "metadata"
@@ -277,6 +277,11 @@ def test_a_raycluster_with_two_worker_groups_is_one_gang_with_a_subgroup_per_gro
     # the elastic second cpu worker has room too
     sandbox.wait_pods(cluster_label("mixed"), 5, bound=True)
     phase(sandbox, "raycluster-mixed", "Running")
+    # created suspended, released with where its gang was placed (room held until its
+    # pods exist)
+    annotations = (sandbox.get("RayCluster", "mixed") or {})["metadata"].get("annotations") or {}
+    admitted = annotations.get(ADMITTED_NODES_ANNOTATION, "").split(",")
+    assert len(admitted) == 5 and set(admitted) <= set(nodes), annotations
 
 
 def test_a_job_with_parallelism_4_is_bound_as_one_gang_and_succeeds(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -183,8 +183,8 @@ class MemoryWriter:
         self.calls.append(("status", status.group))
         return DONE
 
-    def resume_workload(self, kind: str, key: str) -> WriteResult:
-        self.calls.append(("resume", f"{kind} {key}"))
+    def resume_workload(self, kind: str, key: str, nodes: Sequence[str]) -> WriteResult:
+        self.calls.append(("resume", f"{kind} {key} on {','.join(nodes)}"))
         return DONE
 
     def record_event(self, ref: ObjectRef, warning: bool, reason: str, message: str) -> None:

@@ -200,6 +200,40 @@ def test_an_extra_beyond_its_queues_quota_waits_while_another_queue_waits() -> N
     assert fits(views[:3]) == ["ns/a"]  # nobody else waits: the extra fits and should go
 
 
+def test_room_held_for_an_admitted_workload_until_its_pods_exist_is_not_a_fit() -> None:
+    """kai-ray released RayCluster `r` (2 pods) onto n1, whose room it holds until
+    KubeRay makes the pods; n0 is full, so gang `a` fits only on held room."""
+    cluster = {
+        "metadata": {
+            "name": "r",
+            "namespace": "ns",
+            "annotations": {"kai-ray.io/admitted-nodes": "n1,n1"},
+        },
+        "spec": {"suspend": False},
+    }
+    nodes = {n.name: n for n in map(oracle.read_node, [node("n0"), node("n1")])}
+    views = [
+        oracle.read_pod(p, {}) for p in [pod("x", 8, on="n0", group="x"), pod("a-0", 4, group="a")]
+    ]
+    gangs = oracle.by_gang(views)
+    gang_key = oracle.workload_gang(cluster, "RayCluster")
+    assert gang_key == "ns/raycluster-r"
+    admitted = {gang_key: (100.0, oracle.admitted_nodes(cluster))}
+    groups = {g.key: g for g in [gang("a", 1), gang("x", 1)]}
+    usage = oracle.node_usage(nodes.values(), views)
+    allocated = oracle.queue_allocations(views, {k: "team" for k in groups}, QUEUES)
+
+    def fits(now: float, pods_made: int = 0) -> list[str]:
+        made = {**gangs, gang_key: [oracle.read_pod(pod(f"r-{i}"), {}) for i in range(pods_made)]}
+        held = oracle.admitted_room(admitted, made, now)
+        return sorted(oracle.fit_pending(gangs, groups, nodes, usage, QUEUES, allocated, held))
+
+    assert fits(now=110.0) == []  # n1 is held for r's pods
+    assert fits(now=110.0, pods_made=2) == ["ns/a"]  # its pods exist: they hold their own room
+    assert fits(now=100.0 + oracle.ADMITTED_HOLD_S) == ["ns/a"]  # the operator lets go in time
+    assert oracle.admitted_nodes({**cluster, "spec": {"suspend": True}}) == ()
+
+
 def test_a_gang_with_too_few_live_members_bound_is_partial_unless_one_finished() -> None:
     pods = [pod("a-0", 1, on="n0", group="a"), pod("a-1", 1, group="a")]
     pods += [pod("b-0", 1, on="n0", group="b", phase="Succeeded"), pod("b-1", 1, group="b")]
