@@ -46,12 +46,13 @@ import numpy as np
 from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
+from kai_ray.decisions.eviction import domain_could_hold, required_scope
 from kai_ray.decisions.ordering import group_priority, missing_request, waiting_gangs
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.placement.equivalence import signature
 from kai_ray.decisions.plan import Evict, GroupStatus, Nominate
 from kai_ray.decisions.runtime import started_at
-from kai_ray.decisions.transaction import MemoKey, Transaction
+from kai_ray.decisions.transaction import MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import Vector, newest_first
 from kai_ray.state.groups import PodGroupState
 from kai_ray.values.clock import unix_seconds
@@ -119,12 +120,33 @@ def _attempt_key(ctx: CycleContext, group: PodGroupState) -> Hashable | None:
 
 
 def _consolidation(ctx: CycleContext, group: PodGroupState) -> list[PodGroupState] | None:
-    mark = ctx.transaction.checkpoint()
-    if try_move(ctx, group, ()):
-        ctx.transaction.rollback(mark)
+    """The first k movable gangs (k = 1, 2, ... up to the bound) whose move lets the
+    gang fit, unless it fits as things are.
+
+    A gang held to one domain of a required level is first judged by counting
+    (`eviction.domain_could_hold`): when no domain could hold its missing members
+    even with every gang within the bound gone and none placed again, no move
+    can do it, nor can it fit as things are (less room still), and the moves are
+    not tried. Exact: a move frees at most what the first k gangs hold, and the
+    gang's members must then be placed on one domain's nodes. The count as
+    things are comes first, so that the movable gangs are worked out in the
+    same cases as without it (working them out notes when protected gangs may
+    move, which wakes a later cycle)."""
+    tx = ctx.transaction
+    view = placeable(ctx, group)
+    scope = required_scope(tx, view)
+    mark = tx.checkpoint()
+    as_is = scope is None or domain_could_hold(tx, view, scope, ())
+    if as_is and try_move(ctx, group, ()):
+        tx.rollback(mark)
         return None  # it fits as things are: not a matter of fragmentation
     movable = movable_gangs(ctx, group)
-    for count in range(1, min(ctx.config.consolidationMaxJobs, len(movable)) + 1):
+    bound = min(ctx.config.consolidationMaxJobs, len(movable))
+    if scope is not None:
+        freed = [pod for gang in movable[:bound] for pod in gang.bound]
+        if not domain_could_hold(tx, view, scope, freed):
+            return None
+    for count in range(1, bound + 1):
         if try_move(ctx, group, movable[:count]):
             return _without_stayers(ctx, group, movable[:count], mark)
     return None
@@ -256,18 +278,54 @@ def _wake_when_protection_ends(ctx: CycleContext) -> None:
 
 def try_move(ctx: CycleContext, target: PodGroupState, moved: Sequence[PodGroupState]) -> bool:
     """Release `moved`, place the target's minimum, re-place every released pod; on
-    failure the transaction is put back as it was."""
+    failure the transaction is put back as it was. A move that `could_pack` rules
+    out is not tried."""
     tx = ctx.transaction
+    view = placeable(ctx, target)
+    if moved and not could_pack(tx, view, moved):
+        return False
     mark = tx.checkpoint()
     for gang in moved:
         for pod in gang.bound:
             tx.evict(pod, gang.key)
-    holds = place_gang(tx, placeable(ctx, target), ctx.config).admitted and all(
+    holds = place_gang(tx, view, ctx.config).admitted and all(
         replace_gang(tx, gang, ctx.config) for gang in moved
     )
     if not holds:
         tx.rollback(mark)
     return holds
+
+
+def could_pack(tx: Transaction, target: PodGroupState, moved: Sequence[PodGroupState]) -> bool:
+    """Whether the target's missing members and every bound pod of `moved` could
+    all be placed were the moved pods gone, by counting: for each resource and
+    each size t among the pods' requests of it, the pods asking at least t must
+    not outnumber the pods of t the nodes' room (the room left plus what the
+    moved pods free) could hold, node by node, rounded down.
+
+    Exact, in that a move it rules out fails anyway: every placed pod sits on one
+    node within that node's room, and a node with room f of a resource holds at
+    most f // t pods asking t or more of it. Rarely false for a gang that could
+    fit, often for a move whose last gang finds no room: on a full, fragmented
+    cluster most tries fail there, each after placing the target and the other
+    gangs again."""
+    snapshot = tx.snapshot
+    free = np.maximum(tx.free, 0.0)
+    index = snapshot.node_index
+    asks = [held_vector(snapshot, pod) for pod in target.missing]
+    for gang in moved:
+        for pod in gang.bound:
+            held = held_vector(snapshot, pod)
+            free[index[pod.node or ""]] += held  # `np.maximum` made a copy
+            asks.append(held)
+    sizes = np.array(asks)
+    for column in range(sizes.shape[1]):
+        asked = sizes[:, column]
+        for size in np.unique(asked[asked > EPSILON]):
+            room = np.floor(free[:, column] / size + EPSILON).sum()
+            if np.count_nonzero(asked >= size - EPSILON) > room:
+                return False
+    return True
 
 
 def replace_gang(tx: Transaction, gang: PodGroupState, config: SchedulerConfigSpec) -> bool:

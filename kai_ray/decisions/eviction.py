@@ -135,20 +135,41 @@ def no_domain_could_hold(
     filters and fits; so that domain's nodes would count at least as many pods of
     the smallest request among the pending ones, on nodes some of them may use.
     A gang with subgroups (their own constraints) is never cut."""
+    tx = ctx.transaction
+    scope = required_scope(tx, group)
+    if scope is None:
+        return False
+    budget = new_budget()
+    freed = [pod for unit in units if budget.takes_alone(unit) for pod in unit.pods]
+    return not domain_could_hold(tx, group, scope, freed)
+
+
+def required_scope(tx: Transaction, group: PodGroupState) -> Scope | None:
+    """The domains of the gang's required topology level, when it has one and no
+    subgroups (the cases `domain_could_hold` judges)."""
     constraint = group.spec.topologyConstraint
     if constraint is None or constraint.requiredLevel is None or group.spec.subGroups:
-        return False
-    tx = ctx.transaction
+        return None
     scope = resolve(tx, constraint, constraint.topology)
     if not isinstance(scope, Scope) or scope.fallback_to_all:
-        return False
+        return None
+    return scope
+
+
+def domain_could_hold(
+    tx: Transaction, group: PodGroupState, scope: Scope, freed: Iterable[PodState]
+) -> bool:
+    """Whether some domain of the gang's required level (`scope`, its
+    `required_scope`) could hold its missing members were the `freed` pods gone: its
+    nodes, each with the room left plus what the freed pods there hold, count at
+    least as many pods of the smallest request among the pending ones, on nodes
+    some of them may use. Placement puts the missing members on nodes of one
+    domain, each where it passes its own filters and fits, so no placement with
+    at most that room freed succeeds when this is false."""
     free = tx.free.copy()
     index = tx.snapshot.node_index
-    budget = new_budget()
-    for unit in units:
-        if budget.takes_alone(unit):
-            for pod in unit.pods:
-                free[index[pod.node or ""]] += held_vector(tx.snapshot, pod)
+    for pod in freed:
+        free[index[pod.node or ""]] += held_vector(tx.snapshot, pod)
     pending = group.pending
     smallest = np.array([held_vector(tx.snapshot, pod) for pod in pending]).min(axis=0)
     allowed = np.logical_or.reduce([static_mask(tx, pod) for pod in pending])
@@ -156,7 +177,7 @@ def no_domain_could_hold(
     node_domain = scope.tree.levels[scope.levels[-1]].node_domain
     inside = node_domain >= 0
     per_domain = np.bincount(node_domain[inside], weights=fits[inside])
-    return bool(per_domain.max(initial=0) < len(group.missing))
+    return bool(per_domain.max(initial=0) >= len(group.missing))
 
 
 def whole_gangs(chosen: Sequence[VictimUnit], units: Sequence[VictimUnit]) -> list[VictimUnit]:

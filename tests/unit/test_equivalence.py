@@ -28,7 +28,12 @@ drawn from a small palette of shapes so that equivalent gangs abound):
 - `consolidate.movable_gangs`, worked out once per transaction version and
   evictions planned (plain: for every waiting gang), and `consolidate.NO_MOVE`:
   a gang equivalent to one no move helped at the same state is not tried again
-  (plain: every gang is tried);
+  (plain: every gang is tried); and `consolidate.domain_could_hold`: no move is
+  tried for a gang with a required topology level that no domain of it could hold
+  even were every gang within the bound moved away (plain: the moves are tried);
+  `consolidate.could_pack`: a move is not tried when the target's members and the
+  moved pods outnumber, for some resource and size, what the nodes' room could
+  hold counted node by node (plain: the move is tried, and fails);
 - `preempt.victims_below_anyone`, `reclaim.anyone_within_share`,
   `consolidate.some_fit_in_total`: an action is skipped whole when every attempt
   would stop at its first test at the state it starts from (no possible victim of
@@ -244,6 +249,8 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (consolidate, "_movable_memo", consolidate._movable_gangs),
     (consolidate, "_attempt_key", lambda ctx, group: None),
     (eviction, "no_domain_could_hold", lambda ctx, group, units, new_budget: False),
+    (consolidate, "domain_could_hold", lambda tx, group, scope, freed: True),
+    (consolidate, "could_pack", lambda tx, target, moved: True),
     (FairShareBudget, "judged_key", lambda budget, taking: None),
     (
         FairShareBudget,
