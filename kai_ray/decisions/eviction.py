@@ -140,8 +140,59 @@ def no_domain_could_hold(
     if scope is None:
         return False
     budget = new_budget()
-    freed = [pod for unit in units if budget.takes_alone(unit) for pod in unit.pods]
-    return not domain_could_hold(tx, group, scope, freed)
+    alone = [unit for unit in units if budget.takes_alone(unit)]
+    freed = [pod for unit in alone for pod in unit.pods]
+    if not domain_could_hold(tx, group, scope, freed):
+        return True
+    return not domain_could_hold_in_total(tx, group, scope, alone, budget)
+
+
+def domain_could_hold_in_total(
+    tx: Transaction,
+    group: PodGroupState,
+    scope: Scope,
+    units: Sequence[VictimUnit],
+    budget: Budget,
+) -> bool:
+    """Whether some domain of the gang's required level has, in every resource, the
+    room the missing members ask for added up: the room left on its nodes, plus
+    what `units` free there, each victim leaf queue's share of it no more than the
+    budget lets one take free of that queue's units (`Budget.most_taken`). The
+    members asked for are the cheapest ones the pending pods could complete the
+    minimum with, resource by resource.
+
+    Exact: every victim set the search tries is accepted by one take of a fresh
+    budget, so each queue gives up no more than its bound; the members placed in
+    one domain then fit its room added up (negative room counted as none, which
+    only adds)."""
+    snapshot = tx.snapshot
+    node_domain = scope.tree.levels[scope.levels[-1]].node_domain
+    inside = node_domain >= 0
+    if not inside.any():
+        return False
+    domains = int(node_domain[inside].max()) + 1
+    room = np.zeros((domains, tx.free.shape[1]))
+    np.add.at(room, node_domain[inside], np.maximum(tx.free[inside], 0.0))
+    index = snapshot.node_index
+    by_leaf: dict[str, list[VictimUnit]] = {}
+    for unit in units:
+        by_leaf.setdefault(unit.queue, []).append(unit)
+    for leaf, found in by_leaf.items():
+        freed = np.zeros_like(room)
+        for unit in found:
+            for pod in unit.pods:
+                domain = node_domain[index[pod.node or ""]]
+                if domain >= 0:
+                    freed[domain] += held_vector(snapshot, pod)
+        cap = np.full(room.shape[1], np.inf)
+        for resource, most in budget.most_taken(leaf).items():
+            if resource in snapshot.resource_names:
+                cap[snapshot.column(resource)] = most
+        room += np.minimum(freed, cap)
+    # the least any `len(missing)` of the pending pods ask for together, per resource
+    asks = np.sort(np.array([held_vector(snapshot, pod) for pod in group.pending]), axis=0)
+    need = asks[: len(group.missing)].sum(axis=0)
+    return bool(np.any(np.all(room >= need - EPSILON, axis=1)))
 
 
 def required_scope(tx: Transaction, group: PodGroupState) -> Scope | None:

@@ -214,6 +214,38 @@ class FairShareBudget(Budget):
             answer = self._alone[key] = self._may_lose_alone(unit.queue, unit.requests)
         return answer
 
+    def most_taken(self, leaf: str) -> dict[str, float]:
+        """`Budget.most_taken`: what `_may_lose` of the leaf and of each queue on its
+        side, with nothing taken, accepts of one resource at most (a take accepted
+        takes from the leaf's side at least what it takes from the leaf, and each
+        test only refuses more as an amount grows, so the leaf's amount of each
+        resource, alone, passes them all). The fair-share floor bounds a contested
+        resource by what the queue holds above its share; the quota guarantee
+        refuses any amount when no resource with a quota is over it, else bounds
+        each one over by what is held above the quota. EPSILON over, as the tests
+        allow."""
+        if self.taken:
+            raise ValueError("most_taken asked of a budget that has taken units already")
+        side, _ = self._victim_side(leaf)
+        caps: dict[str, float] = {}
+
+        def bound(resource: str, amount: float) -> None:
+            caps[resource] = min(caps.get(resource, amount), amount)
+
+        for queue in side:
+            held, share = self.ledger.held(queue), self._share(queue)
+            for r in self._contested_for.get(queue, ()):
+                bound(r, (held[r] - share[r] if held[r] > share[r] + EPSILON else 0.0) + EPSILON)
+            quotas = {r: quota_of(self.ledger.tree, queue, r) for r in self.asked}
+            guaranteed = [r for r in self.asked if quotas[r] > EPSILON]
+            over = [r for r in guaranteed if held[r] > quotas[r] + EPSILON]
+            if guaranteed and not over:
+                for r in self.asked:
+                    bound(r, EPSILON)
+            for r in over:
+                bound(r, held[r] - quotas[r] + EPSILON)
+        return caps
+
     def refuses_every(self, units: Sequence[VictimUnit]) -> bool:
         """Nothing taken yet, and every unit refused on its own: then every set of
         them is refused, and nothing is ever taken. Exact: with nothing taken,

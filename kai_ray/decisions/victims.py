@@ -26,7 +26,7 @@ it does not hold. Pure: no I/O.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -112,6 +112,12 @@ class Budget:
         """What `take([unit])` answers on a budget that took nothing (asked of one
         that took nothing: the answer is not counted as taken)."""
         return True
+
+    def most_taken(self, leaf: str) -> Mapping[str, float]:
+        """Per resource, a bound on what the units of leaf queue `leaf` that any one
+        `take` of a budget that took nothing accepts may ask for together
+        (resources left out are not bounded)."""
+        return {}
 
 
 def victim_units(group: PodGroupState, priority: int, started: str) -> list[VictimUnit]:

@@ -15,7 +15,10 @@ drawn from a small palette of shapes so that equivalent gangs abound):
   search (plain: every job is tried);
 - `eviction.no_domain_could_hold`: the victim search is not made for a gang with
   a required topology level that no domain of it could hold even were every victim
-  the budget allows on its own gone (plain: the search is made, and fails);
+  the budget allows on its own gone (plain: the search is made, and fails), nor
+  (`eviction.domain_could_hold_in_total`) hold the room its members ask for added
+  up, with each victim queue giving up no more than `Budget.most_taken` lets a
+  take free (plain: the same);
 - `FairShareBudget.refuses_every`: the victim search gives up at once when the
   budget refuses each possible victim on its own (plain: every node weighed and
   every option offered to the budget);
@@ -249,6 +252,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (consolidate, "_movable_memo", consolidate._movable_gangs),
     (consolidate, "_attempt_key", lambda ctx, group: None),
     (eviction, "no_domain_could_hold", lambda ctx, group, units, new_budget: False),
+    (eviction, "domain_could_hold_in_total", lambda tx, group, scope, units, budget: True),
     (consolidate, "domain_could_hold", lambda tx, group, scope, freed: True),
     (consolidate, "could_pack", lambda tx, target, moved: True),
     (FairShareBudget, "judged_key", lambda budget, taking: None),
