@@ -46,7 +46,7 @@ import numpy as np
 from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
-from kai_ray.decisions.eviction import domain_could_hold, required_scope
+from kai_ray.decisions.eviction import domain_could_hold, gang_domains
 from kai_ray.decisions.ordering import group_priority, missing_request, waiting_gangs
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.placement.equivalence import signature
@@ -123,28 +123,28 @@ def _consolidation(ctx: CycleContext, group: PodGroupState) -> list[PodGroupStat
     """The first k movable gangs (k = 1, 2, ... up to the bound) whose move lets the
     gang fit, unless it fits as things are.
 
-    A gang held to one domain of a required level is first judged by counting
-    (`eviction.domain_could_hold`): when no domain could hold its missing members
-    even with every gang within the bound gone and none placed again, no move
-    can do it, nor can it fit as things are (less room still), and the moves are
-    not tried. Exact: a move frees at most what the first k gangs hold, and the
-    gang's members must then be placed on one domain's nodes. The count as
-    things are comes first, so that the movable gangs are worked out in the
-    same cases as without it (working them out notes when protected gangs may
-    move, which wakes a later cycle)."""
+    The gang is first judged by counting (`eviction.domain_could_hold`, over the
+    domains of its required topology level, else the whole cluster): when no
+    domain could hold its missing members even with every gang within the bound
+    gone and none placed again, no move can do it, nor can it fit as things are
+    (less room still), and the moves are not tried. Exact: a move frees at most
+    what the first k gangs hold, and the gang's members must then be placed on
+    one domain's nodes. The count as things are comes first, so that the movable
+    gangs are worked out in the same cases as without it (working them out notes
+    when protected gangs may move, which wakes a later cycle)."""
     tx = ctx.transaction
     view = placeable(ctx, group)
-    scope = required_scope(tx, view)
+    domains = gang_domains(tx, view)
     mark = tx.checkpoint()
-    as_is = scope is None or domain_could_hold(tx, view, scope, ())
+    as_is = domains is None or domain_could_hold(tx, view, domains, ())
     if as_is and try_move(ctx, group, ()):
         tx.rollback(mark)
         return None  # it fits as things are: not a matter of fragmentation
     movable = movable_gangs(ctx, group)
     bound = min(ctx.config.consolidationMaxJobs, len(movable))
-    if scope is not None:
+    if domains is not None:
         freed = [pod for gang in movable[:bound] for pod in gang.bound]
-        if not domain_could_hold(tx, view, scope, freed):
+        if not domain_could_hold(tx, view, domains, freed):
             return None
     for count in range(1, bound + 1):
         if try_move(ctx, group, movable[:count]):

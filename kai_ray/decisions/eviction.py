@@ -33,6 +33,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from kai_ray.decisions.admission import freed_in_queues, is_preemptible, refusal
 from kai_ray.decisions.booking import book
@@ -123,56 +124,98 @@ def no_domain_could_hold(
     units: Sequence[VictimUnit],
     new_budget: Callable[[], Budget],
 ) -> bool:
-    """A gang whose members must share one domain of a required topology level, and
-    for which no domain of that level could hold them even were every victim the
-    budget allows on its own gone: then no set of victims can let it fit, and the
-    search (cluster-wide, then with more slack, then with everything) is not made.
+    """A gang that no domain its members must share (`gang_domains`: one of its
+    required topology level, else the whole cluster) could hold even were every
+    victim the budget allows on its own gone, or could hold in total with each
+    victim queue giving up no more than one take allows: then no set of victims
+    can let it fit, and the search (cluster-wide, then with more slack, then with
+    everything) is not made.
 
     Exact: every set the search tries is taken by a fresh budget, which (as
     `refuses_every` relies on) refuses no set whose every member it would not take
-    alone; so the free room any try gives is at most this one. Placement puts the
-    missing members on nodes of one domain, each pod where it passes its own
-    filters and fits; so that domain's nodes would count at least as many pods of
-    the smallest request among the pending ones, on nodes some of them may use.
-    A gang with subgroups (their own constraints) is never cut."""
+    alone, and which takes from each queue no more than `Budget.most_taken`; so
+    the free room any try gives is at most this one (`domain_could_hold`,
+    `domain_could_hold_in_total`). A gang with subgroups (their own constraints)
+    is never cut."""
     tx = ctx.transaction
-    scope = required_scope(tx, group)
-    if scope is None:
+    domains = gang_domains(tx, group)
+    if domains is None:
         return False
     budget = new_budget()
     alone = [unit for unit in units if budget.takes_alone(unit)]
     freed = [pod for unit in alone for pod in unit.pods]
-    if not domain_could_hold(tx, group, scope, freed):
+    if not domain_could_hold(tx, group, domains, freed):
         return True
-    return not domain_could_hold_in_total(tx, group, scope, alone, budget)
+    return not domain_could_hold_in_total(tx, group, domains, alone, budget)
+
+
+#: Each node's domain (an index; -1: in none) for the members of one gang.
+NodeDomains = npt.NDArray[np.int64]
+
+
+def gang_domains(tx: Transaction, group: PodGroupState) -> NodeDomains | None:
+    """The domains one of which must hold all the gang's members: those of its
+    required topology level, or, without one, a single domain of every node. None
+    (not judged) for a gang with subgroups, which carry their own constraints, or
+    whose constraint names no topology or level."""
+    if group.spec.subGroups:
+        return None
+    constraint = group.spec.topologyConstraint
+    if constraint is None or constraint.requiredLevel is None:
+        return np.zeros(tx.free.shape[0], dtype=np.int64)
+    scope = resolve(tx, constraint, constraint.topology)
+    if not isinstance(scope, Scope) or scope.fallback_to_all:
+        return None
+    return scope.tree.levels[scope.levels[-1]].node_domain
+
+
+def domain_could_hold(
+    tx: Transaction, group: PodGroupState, domains: NodeDomains, freed: Iterable[PodState]
+) -> bool:
+    """Whether some domain of `domains` (`gang_domains`) could hold the gang's missing
+    members were the `freed` pods gone: its nodes, each with the room left plus
+    what the freed pods there hold, count at least as many pods of the smallest
+    request among the pending ones, on nodes some of them may use. Placement puts
+    the missing members on nodes of one domain, each where it passes its own
+    filters and fits, so no placement with at most that room freed succeeds when
+    this is false."""
+    free = tx.free.copy()
+    index = tx.snapshot.node_index
+    for pod in freed:
+        free[index[pod.node or ""]] += held_vector(tx.snapshot, pod)
+    pending = group.pending
+    smallest = np.array([held_vector(tx.snapshot, pod) for pod in pending]).min(axis=0)
+    allowed = np.logical_or.reduce([static_mask(tx, pod) for pod in pending])
+    fits = np.where(allowed, pods_fitting(free, smallest), 0)
+    inside = domains >= 0
+    per_domain = np.bincount(domains[inside], weights=fits[inside])
+    return bool(per_domain.max(initial=0) >= len(group.missing))
 
 
 def domain_could_hold_in_total(
     tx: Transaction,
     group: PodGroupState,
-    scope: Scope,
+    domains: NodeDomains,
     units: Sequence[VictimUnit],
     budget: Budget,
 ) -> bool:
-    """Whether some domain of the gang's required level has, in every resource, the
-    room the missing members ask for added up: the room left on its nodes, plus
-    what `units` free there, each victim leaf queue's share of it no more than the
-    budget lets one take free of that queue's units (`Budget.most_taken`). The
-    members asked for are the cheapest ones the pending pods could complete the
-    minimum with, resource by resource.
+    """Whether some domain of `domains` has, in every resource, the room the missing
+    members ask for added up: the room left on its nodes, plus what `units` free
+    there, each victim leaf queue's share of it no more than the budget lets one
+    take free of that queue's units (`Budget.most_taken`). The members asked for
+    are the cheapest ones the pending pods could complete the minimum with,
+    resource by resource.
 
     Exact: every victim set the search tries is accepted by one take of a fresh
     budget, so each queue gives up no more than its bound; the members placed in
     one domain then fit its room added up (negative room counted as none, which
     only adds)."""
     snapshot = tx.snapshot
-    node_domain = scope.tree.levels[scope.levels[-1]].node_domain
-    inside = node_domain >= 0
+    inside = domains >= 0
     if not inside.any():
         return False
-    domains = int(node_domain[inside].max()) + 1
-    room = np.zeros((domains, tx.free.shape[1]))
-    np.add.at(room, node_domain[inside], np.maximum(tx.free[inside], 0.0))
+    room = np.zeros((int(domains[inside].max()) + 1, tx.free.shape[1]))
+    np.add.at(room, domains[inside], np.maximum(tx.free[inside], 0.0))
     index = snapshot.node_index
     by_leaf: dict[str, list[VictimUnit]] = {}
     for unit in units:
@@ -181,7 +224,7 @@ def domain_could_hold_in_total(
         freed = np.zeros_like(room)
         for unit in found:
             for pod in unit.pods:
-                domain = node_domain[index[pod.node or ""]]
+                domain = domains[index[pod.node or ""]]
                 if domain >= 0:
                     freed[domain] += held_vector(snapshot, pod)
         cap = np.full(room.shape[1], np.inf)
@@ -193,42 +236,6 @@ def domain_could_hold_in_total(
     asks = np.sort(np.array([held_vector(snapshot, pod) for pod in group.pending]), axis=0)
     need = asks[: len(group.missing)].sum(axis=0)
     return bool(np.any(np.all(room >= need - EPSILON, axis=1)))
-
-
-def required_scope(tx: Transaction, group: PodGroupState) -> Scope | None:
-    """The domains of the gang's required topology level, when it has one and no
-    subgroups (the cases `domain_could_hold` judges)."""
-    constraint = group.spec.topologyConstraint
-    if constraint is None or constraint.requiredLevel is None or group.spec.subGroups:
-        return None
-    scope = resolve(tx, constraint, constraint.topology)
-    if not isinstance(scope, Scope) or scope.fallback_to_all:
-        return None
-    return scope
-
-
-def domain_could_hold(
-    tx: Transaction, group: PodGroupState, scope: Scope, freed: Iterable[PodState]
-) -> bool:
-    """Whether some domain of the gang's required level (`scope`, its
-    `required_scope`) could hold its missing members were the `freed` pods gone: its
-    nodes, each with the room left plus what the freed pods there hold, count at
-    least as many pods of the smallest request among the pending ones, on nodes
-    some of them may use. Placement puts the missing members on nodes of one
-    domain, each where it passes its own filters and fits, so no placement with
-    at most that room freed succeeds when this is false."""
-    free = tx.free.copy()
-    index = tx.snapshot.node_index
-    for pod in freed:
-        free[index[pod.node or ""]] += held_vector(tx.snapshot, pod)
-    pending = group.pending
-    smallest = np.array([held_vector(tx.snapshot, pod) for pod in pending]).min(axis=0)
-    allowed = np.logical_or.reduce([static_mask(tx, pod) for pod in pending])
-    fits = np.where(allowed, pods_fitting(free, smallest), 0)
-    node_domain = scope.tree.levels[scope.levels[-1]].node_domain
-    inside = node_domain >= 0
-    per_domain = np.bincount(node_domain[inside], weights=fits[inside])
-    return bool(per_domain.max(initial=0) >= len(group.missing))
 
 
 def whole_gangs(chosen: Sequence[VictimUnit], units: Sequence[VictimUnit]) -> list[VictimUnit]:

@@ -13,9 +13,10 @@ drawn from a small palette of shapes so that equivalent gangs abound):
 - `eviction.Refusals`: reclaim and preempt answer a job equal to one they were
   refused for at the same transaction and ledger versions without a second
   search (plain: every job is tried);
-- `eviction.no_domain_could_hold`: the victim search is not made for a gang with
-  a required topology level that no domain of it could hold even were every victim
-  the budget allows on its own gone (plain: the search is made, and fails), nor
+- `eviction.no_domain_could_hold`: the victim search is not made for a gang that
+  no domain of its required topology level (without one: the cluster) could hold
+  even were every victim the budget allows on its own gone (plain: the search is
+  made, and fails), nor
   (`eviction.domain_could_hold_in_total`) hold the room its members ask for added
   up, with each victim queue giving up no more than `Budget.most_taken` lets a
   take free (plain: the same);
@@ -32,8 +33,9 @@ drawn from a small palette of shapes so that equivalent gangs abound):
   evictions planned (plain: for every waiting gang), and `consolidate.NO_MOVE`:
   a gang equivalent to one no move helped at the same state is not tried again
   (plain: every gang is tried); and `consolidate.domain_could_hold`: no move is
-  tried for a gang with a required topology level that no domain of it could hold
-  even were every gang within the bound moved away (plain: the moves are tried);
+  tried for a gang that no domain of its required level (without one: the
+  cluster) could hold even were every gang within the bound moved away (plain:
+  the moves are tried);
   `consolidate.could_pack`: a move is not tried when the target's members and the
   moved pods outnumber, for some resource and size, what the nodes' room could
   hold counted node by node (plain: the move is tried, and fails);
@@ -252,8 +254,8 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (consolidate, "_movable_memo", consolidate._movable_gangs),
     (consolidate, "_attempt_key", lambda ctx, group: None),
     (eviction, "no_domain_could_hold", lambda ctx, group, units, new_budget: False),
-    (eviction, "domain_could_hold_in_total", lambda tx, group, scope, units, budget: True),
-    (consolidate, "domain_could_hold", lambda tx, group, scope, freed: True),
+    (eviction, "domain_could_hold_in_total", lambda tx, group, domains, units, budget: True),
+    (consolidate, "domain_could_hold", lambda tx, group, domains, freed: True),
     (consolidate, "could_pack", lambda tx, target, moved: True),
     (FairShareBudget, "judged_key", lambda budget, taking: None),
     (
