@@ -297,8 +297,9 @@ def try_move(ctx: CycleContext, target: PodGroupState, moved: Sequence[PodGroupS
 
 
 def could_pack(tx: Transaction, target: PodGroupState, moved: Sequence[PodGroupState]) -> bool:
-    """Whether the target's missing members and every bound pod of `moved` could
-    all be placed were the moved pods gone, by counting: for each resource and
+    """Whether the target's missing members (as the least of its pending pods
+    ask) and every bound pod of `moved` could all be placed were the moved pods
+    gone, by counting: for each resource and
     each size t among the pods' requests of it, the pods asking at least t must
     not outnumber the pods of t the nodes' room (the room left plus what the
     moved pods free) could hold, node by node, rounded down.
@@ -312,13 +313,16 @@ def could_pack(tx: Transaction, target: PodGroupState, moved: Sequence[PodGroupS
     snapshot = tx.snapshot
     free = np.maximum(tx.free, 0.0)
     index = snapshot.node_index
-    asks = [held_vector(snapshot, pod) for pod in target.missing]
+    moving = []
     for gang in moved:
         for pod in gang.bound:
             held = held_vector(snapshot, pod)
             free[index[pod.node or ""]] += held  # `np.maximum` made a copy
-            asks.append(held)
-    sizes = np.array(asks)
+            moving.append(held)
+    # the target's members as the least of its pending pods ask, resource by resource
+    # (whichever of them placement completes its minimum with)
+    pending = np.sort(np.array([held_vector(snapshot, p) for p in target.pending]), axis=0)
+    sizes = np.vstack([pending[: len(target.missing)], *moving])
     for column in range(sizes.shape[1]):
         asked = sizes[:, column]
         for size in np.unique(asked[asked > EPSILON]):
