@@ -382,3 +382,37 @@ def test_a_fair_share_budget_answers_as_one_judging_afresh(
 
 def _afresh(budget: FairShareBudget) -> FairShareBudget:
     return FairShareBudget(budget.ledger, budget.contested, budget.leaf, budget.job)
+
+
+@drawn(150)
+@given(objects=st.one_of(clusters(full=True), clusters(full=True, mixed=True)))
+def test_most_taken_bounds_what_any_take_of_a_fresh_budget_lets_go(
+    monkeypatch: pytest.MonkeyPatch, objects: ClusterObjects
+) -> None:
+    """`FairShareBudget.most_taken`, the bound reclaim's count in total relies on:
+    whatever set one take accepts (of a budget that took nothing), the units of
+    each leaf queue in it ask, together, for no more of each resource than the
+    bound. Checked on every take of a cycle, and on the set of every unit it
+    offers each take (what `_everything` offers at most)."""
+    over: list[str] = []
+    takes = 0
+
+    def checked(budget: FairShareBudget, units: list[VictimUnit]) -> bool:
+        nonlocal takes
+        for offered in (units, [u for u in units if TAKE(_afresh(budget), [u])]):
+            fresh = _afresh(budget)
+            if not offered or not TAKE(fresh, offered):
+                continue
+            takes += 1
+            caps = _afresh(budget)
+            for leaf in {unit.queue for unit in offered}:
+                bounds = caps.most_taken(leaf)
+                for resource, most in bounds.items():
+                    asked = sum(u.requests[resource] for u in offered if u.queue == leaf)
+                    if asked > most + 1e-9:
+                        over.append(f"{leaf} {resource}: {asked} > {most}")
+        return TAKE(budget, units)
+
+    monkeypatch.setattr(FairShareBudget, "take", checked)
+    _plan(objects)
+    assert not over
