@@ -515,6 +515,12 @@ class Soak:
             "recovery": {kind: checker.summary(times) for kind, times in sorted(recovery.items())},
             "three_cycles_s": {"min": round(min(self.patience_seen), 2), "max": round(patience, 2)},
             "mirror_relists": {m.name: m.lists for m in self.observer.mirrors()},
+            "fit_only_on_held_room": [
+                f"+{at - self.started:6.1f}s {gang} (held: {', '.join(nodes)})"
+                for gang, (at, nodes) in sorted(
+                    self.observer.fit_only_on_held.items(), key=lambda item: item[1][0]
+                )
+            ],
             "errors": self.errors,
             "timeline": [
                 f"+{s.at - self.started:6.1f}s available={int(s.available)} fit={s.fit_pending} "

@@ -214,6 +214,9 @@ class Observer:
     overcommits: list[tuple[float, str]] = field(default_factory=list)
     #: Each overcommit line, when first seen and the pods holding its node then.
     overcommit_seen: dict[str, tuple[float, list[str]]] = field(default_factory=dict)
+    #: Gangs that fit only on room held for admitted workloads (`oracle.admitted_room`):
+    #: when each was first seen so, with the nodes held then. How much that rule spared.
+    fit_only_on_held: dict[str, tuple[float, list[str]]] = field(default_factory=dict)
     #: Gangs the soak deleted (their pods going is not a fault of the scheduler).
     deleted: set[str] = field(default_factory=set)
     #: The gang of every pod seen, by pod key (the audit log names pods only).
@@ -425,6 +428,10 @@ class Observer:
         allocated = oracle.queue_allocations(pods, queue_of, self.queues)
         held = oracle.admitted_room(self.admitted(now), members, now)
         fitting = oracle.fit_pending(members, gangs, nodes, usage, self.queues, allocated, held)
+        if held:
+            anywhere = oracle.fit_pending(members, gangs, nodes, usage, self.queues, allocated)
+            for gang in anywhere.keys() - fitting.keys():
+                self.fit_only_on_held.setdefault(gang, (now, sorted(held)))
         partial = oracle.partial_gangs(members, gangs, nodes)
         over = oracle.overcommitted(nodes.values(), usage)
         self.overcommits.extend((now, line) for line in over)
