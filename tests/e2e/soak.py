@@ -288,7 +288,9 @@ class Soak:
             )
 
     def delete(self, workload: Workload) -> bool:
-        self.observer.deleted.update(_gangs_of(workload))
+        """The workload's objects deleted; its gangs are the soak's doing from the
+        first delete the API server answered (not before: a delete that fails, the
+        API server down, leaves the workload running, and it is tried again)."""
         background = client.V1DeleteOptions(propagation_policy="Background")
         try:
             for obj in workload.objects:
@@ -304,6 +306,7 @@ class Soak:
                         self.custom.delete_namespaced_custom_object(
                             group, version, workload.namespace, plural, name, body=background
                         )
+                self.observer.deleted.update(_gangs_of(workload))
         except Exception:
             return False
         return True
