@@ -311,3 +311,35 @@ def test_episodes_are_judged_in_cycles_after_the_grace() -> None:
     partial = [episode(62, 62, "partial"), episode(70, 70, "partial")]
     found = checker.long_episodes(partial, "partial", 3, grace_s=60)
     assert len(found) == 1 and "10.0 cycles past 60s" in found[0]
+
+
+def test_a_workload_counts_as_deleted_by_the_soak_only_once_a_delete_was_answered() -> None:
+    """The soak's `delete`: a delete that fails (the API server down) leaves the
+    workload's gangs judged as before, so their episodes go on; an answered one
+    (a 404 included) takes them out."""
+    from types import SimpleNamespace
+
+    from kubernetes.client.rest import ApiException
+
+    from tests.e2e.soak import Soak
+    from tests.e2e.soak_workloads import Team, Workload
+
+    class Custom:
+        def __init__(self) -> None:
+            self.down = True
+
+        def delete_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> None:
+            if self.down:
+                raise ConnectionRefusedError("the API server is down")
+            raise ApiException(status=404)
+
+    cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc"}}
+    workload = Workload("raycluster", "rc", Team("q", "ns"), (cluster,), 30.0, 8.0)
+    soak = Soak.__new__(Soak)
+    soak.observer = SimpleNamespace(deleted=set())  # type: ignore[assignment]
+    soak.custom = Custom()  # type: ignore[assignment]
+    assert soak.delete(workload) is False
+    assert soak.observer.deleted == set()
+    soak.custom.down = False  # type: ignore[attr-defined]
+    assert soak.delete(workload) is True
+    assert soak.observer.deleted == {"ns/raycluster-rc"}
