@@ -69,6 +69,14 @@ class ApiError(Exception):
         self.status, self.reason, self.body = status, reason, body
 
 
+class Unreachable(ApiError):
+    """The API server could not be reached (refused, reset, timed out): a 503 to
+    every writer, which tries again later, never an exception out of a cycle."""
+
+    def __init__(self, err: Exception) -> None:
+        super().__init__(503, "Unreachable", _first_line(err))
+
+
 def connect(kubeconfig: str | None = None, pool_size: int = 64) -> Rest:
     """A client: the pod's service account in a cluster, else the kubeconfig.
 
@@ -142,14 +150,17 @@ class Rest:
                 "Content-Type": content_type,
                 **self._credentials(again=attempt == 2),
             }
-            response = self._pool.request(
-                method,
-                url,
-                body=data,
-                headers=headers,
-                preload_content=False,
-                timeout=urllib3.Timeout(total=timeout),
-            )
+            try:
+                response = self._pool.request(
+                    method,
+                    url,
+                    body=data,
+                    headers=headers,
+                    preload_content=False,
+                    timeout=urllib3.Timeout(total=timeout),
+                )
+            except (urllib3.exceptions.HTTPError, OSError) as err:
+                raise Unreachable(err) from err
             if 200 <= response.status < 300:
                 return response
             text = response.read().decode(errors="replace")
@@ -170,6 +181,8 @@ class Rest:
         response = self.raw(method, path, query, body, content_type)
         try:
             data = response.read()
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise Unreachable(err) from err
         finally:
             response.release_conn()
         return orjson.loads(data) if data else {}
@@ -246,6 +259,10 @@ class Informer(threading.Thread):
                 self.problem = None
                 self._watch(version)
             except ApiError as err:
+                if isinstance(err, Unreachable):
+                    LOG.warning("watch of %s broke: %s; listing again", self.kind.plural, err)
+                    self.stop.wait(1.0)
+                    continue
                 problem = f"{self.kind.plural}: {err.status} {err.reason}"
                 if problem != self.problem and err.status == 404:  # said once
                     # an optional kind not served here: a CRD not installed (KubeRay,
@@ -376,6 +393,8 @@ def _guarded(rest: Rest, request: Callable[[], Any]) -> Any:
     host = rest.api.configuration.host
     try:
         return request()
+    except Unreachable as err:
+        raise ClusterReadError(f"cannot reach the API server {host}: {err.body}") from err
     except ApiError as err:
         raise ClusterReadError(f"{host} refused: {err.status} {err.reason}") from err
     except Exception as err:  # urllib3 and socket errors: the server cannot be reached

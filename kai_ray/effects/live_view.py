@@ -38,6 +38,7 @@ from kai_ray.workloads.membership import (
     needs_derived_group,
     owner_of_kind,
     with_membership,
+    with_owner_queue,
 )
 
 Obj = Mapping[str, Any]
@@ -113,7 +114,7 @@ def _picture_pod_groups(cache: ClusterCache, scheduler: str) -> list[str]:
             if derived_group_key(kind, key) in existing or not needs_derived_group(obj, scheduler):
                 continue
             try:
-                groups = derive_groups(as_written(obj))
+                groups = derive_groups(with_owner_queue(as_written(obj), cache.get))
             except InvalidObjectError:
                 continue  # the operator reports it on the workload; nothing to schedule
             for derived in groups:

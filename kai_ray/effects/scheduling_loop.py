@@ -59,6 +59,7 @@ from kai_ray.workloads.membership import (
     needs_derived_group,
     owner_of_kind,
     with_membership,
+    with_owner_queue,
 )
 
 LOG = logging.getLogger("kai_ray.loop")
@@ -403,19 +404,20 @@ class SchedulingLoop:
         yet, created in the back."""
         with self.lock:
             written, self._to_derive = self._to_derive, set()
+            # A submitter Job with no queue of its own reads its RayJob's.
             workloads = [
-                (kind, obj)
+                (kind, obj, with_owner_queue(as_written(obj), self.cache.get))
                 for kind, key in written
                 if (obj := self.cache.get(kind, key)) is not None
                 and not self._has_group(derived_group_key(kind, key))
             ]
         bodies: dict[str, dict[str, Any]] = {}
         workload_of: dict[str, tuple[str, str]] = {}
-        for kind, obj in workloads:
+        for kind, obj, read in workloads:
             if not needs_derived_group(obj, self.scheduler):
                 continue
             try:
-                groups = derive_groups(as_written(obj))
+                groups = derive_groups(read)
             except InvalidObjectError as err:
                 self._report_bad_workload(kind, obj, err)
                 continue

@@ -131,6 +131,33 @@ def as_written(obj: Obj) -> Obj:
     return {**obj, "metadata": {**meta, "annotations": kept}}
 
 
+#: (kind, namespace/name) -> the object the cache holds, if any.
+Lookup = Callable[[str, str], Obj | None]
+#: Workload kinds that make other workloads: KubeRay's RayJob makes its submitter Job.
+QUEUE_GIVING_OWNERS = ("RayJob",)
+
+
+def with_owner_queue(obj: Obj, lookup: Lookup) -> Obj:
+    """A workload that names no queue, read with its owner's queue label when a
+    workload that names one made it (KubeRay's submitter Job of a RayJob: KubeRay
+    copies none of the RayJob's labels onto it). The same object otherwise."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if first_of(labels, QUEUE_LABEL, QUEUE_LABEL_ALIASES):
+        return obj
+    owner_name = owner_of_kind(obj, QUEUE_GIVING_OWNERS)
+    if owner_name is None:
+        return obj
+    namespace = str(meta.get("namespace") or "default")
+    for kind in QUEUE_GIVING_OWNERS:
+        owner = lookup(kind, f"{namespace}/{owner_name}")
+        owner_labels = ((owner or {}).get("metadata") or {}).get("labels") or {}
+        queue = first_of(owner_labels, QUEUE_LABEL, QUEUE_LABEL_ALIASES)
+        if queue:
+            return {**obj, "metadata": {**meta, "labels": {**labels, QUEUE_LABEL: queue}}}
+    return obj
+
+
 def admission_changes(pod: Obj, scheduler_name: str, rayjob_of: RayJobOf) -> dict[str, Any]:
     """What the admission webhook writes on a new pod of kai-ray: the gate that holds
     it until its gang is admitted, and its gang's name when the pod can be named

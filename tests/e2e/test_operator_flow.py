@@ -19,7 +19,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kai_ray.values.names import ADMITTED_NODES_ANNOTATION, GPU_DEVICES_ANNOTATION, QUEUE_LABEL
+from kai_ray.values.names import (
+    ADMITTED_NODES_ANNOTATION,
+    GPU_DEVICES_ANNOTATION,
+    QUEUE_LABEL,
+    SCHEDULER_NAME,
+)
 from tests.builders import make_pod_group, make_queue
 
 from .nodes import RACK_LABEL, ZONE_LABEL
@@ -27,6 +32,7 @@ from .operator_process import OperatorProcess
 from .polling import eventually, holds
 from .sandbox import Sandbox, bound, headers, kubectl_table, quantity
 from .workloads import (
+    IMAGE,
     KAI_QUEUE_LABEL,
     QueueTree,
     Workers,
@@ -229,8 +235,23 @@ def test_rayjobs_of_both_queue_labels_are_bound_as_gangs_one_inside_a_rack(
         selector,
         annotations=in_one("rack", dc),
     )
+    # Its submitter is kai-ray's too: KubeRay labels the submitter Job with nothing of
+    # the RayJob's, so the Job is read with its RayJob's queue.
+    submitter = {
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "nodeSelector": dict(selector),
+            "restartPolicy": "Never",
+            "containers": [{"name": "submit", "image": IMAGE}],
+        }
+    }
     kai = ray_job(
-        "kai", teams.team_b, [Workers("gpu", 2, gpus=1)], selector, queue_label=KAI_QUEUE_LABEL
+        "kai",
+        teams.team_b,
+        [Workers("gpu", 2, gpus=1)],
+        selector,
+        queue_label=KAI_QUEUE_LABEL,
+        submitterPodTemplate=submitter,
     )
     uids = {
         name: sandbox.create(obj)["metadata"]["uid"]
@@ -258,6 +279,9 @@ def test_rayjobs_of_both_queue_labels_are_bound_as_gangs_one_inside_a_rack(
             (sandbox.get("RayJob", name) or {}).get("status", {}).get("jobDeploymentStatus")
         )
         assert deployment != "ValidationFailed", sandbox.get("RayJob", name)
+    submitter_group = sandbox.wait_get("PodGroup", "job-kai")
+    assert submitter_group["spec"]["queue"] == teams.team_b, submitter_group
+    sandbox.wait_pods("job-name=kai", 1, bound=True)
 
 
 def test_a_raycluster_with_two_worker_groups_is_one_gang_with_a_subgroup_per_group(

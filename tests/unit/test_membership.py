@@ -10,6 +10,7 @@ from kai_ray.decisions.cycle import run_cycle
 from kai_ray.effects.binder import Binder
 from kai_ray.state.cache import ClusterCache
 from kai_ray.values.config import SchedulerConfig
+from kai_ray.values.errors import InvalidObjectError
 from kai_ray.values.names import ADMISSION_GATE, POD_GROUP_ANNOTATION, SUBGROUP_LABEL
 from kai_ray.workloads.expected_pods import pods_for_workload
 from kai_ray.workloads.grouping import derive_group
@@ -19,6 +20,7 @@ from kai_ray.workloads.membership import (
     holds_with_suspend,
     needs_derived_group,
     with_membership,
+    with_owner_queue,
 )
 
 from .test_cluster_cache import MemoryWriter, node
@@ -83,6 +85,30 @@ def test_a_raycluster_owned_by_a_rayjob_is_covered_by_the_rayjob() -> None:
     cluster = ours(raycluster(worker("w", replicas=1)))
     cluster["metadata"]["ownerReferences"] = [{"kind": "RayJob", "name": "rj"}]
     assert not needs_derived_group(cluster, "kai-ray")
+
+
+def test_a_rayjobs_submitter_job_without_a_queue_is_in_its_rayjobs_queue() -> None:
+    """KubeRay copies none of the RayJob's labels onto its submitter Job; a Job that
+    names its own queue keeps it, and one whose owner names none stays refused."""
+    submitter = job(labels=None)
+    submitter["metadata"]["ownerReferences"] = [
+        {"kind": "RayJob", "name": "rj", "controller": True}
+    ]
+    owners = {("RayJob", "ns/rj"): rayjob({}, {"kai.scheduler/queue": "team-b"})}
+
+    def lookup(kind: str, key: str) -> dict[str, Any] | None:
+        return owners.get((kind, key))
+
+    with pytest.raises(InvalidObjectError, match="label the Job with the queue"):
+        derive_group(submitter)
+    assert derive_group(with_owner_queue(submitter, lookup)).pod_group.spec.queue == "team-b"
+    own = job(labels={"kai-ray.io/queue": "team-c"})
+    own["metadata"]["ownerReferences"] = submitter["metadata"]["ownerReferences"]
+    assert with_owner_queue(own, lookup) is own
+    assert with_owner_queue(submitter, lambda kind, key: None) is submitter
+    owners[("RayJob", "ns/rj")] = rayjob({}, None)
+    assert with_owner_queue(submitter, lookup) is submitter
+    assert with_owner_queue(job(labels=None), lookup)["metadata"].get("labels") is None
 
 
 def test_a_ray_pod_joins_its_cluster_and_subgroup_or_its_rayjob() -> None:
