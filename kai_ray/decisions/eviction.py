@@ -38,6 +38,7 @@ import numpy.typing as npt
 from kai_ray.decisions.admission import freed_in_queues, is_preemptible, refusal
 from kai_ray.decisions.booking import book
 from kai_ray.decisions.context import CycleContext, admitted
+from kai_ray.decisions.fairness import quota_of
 from kai_ray.decisions.ordering import (
     Candidate,
     WaitingJobs,
@@ -64,7 +65,7 @@ from kai_ray.decisions.victims import (
 )
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
-from kai_ray.values.resources import EPSILON, GPU
+from kai_ray.values.resources import EPSILON, GPU, Resources
 
 #: Selections tried before giving up on a job: the need, then with this much more room each.
 SLACK = (0.0, 1.0, 3.0)
@@ -497,12 +498,33 @@ def record(
     each naming the queue the room was made for."""
     group = candidate.group
     for unit in victims:
+        kept = standing(ctx, unit) if unit.queue != group.queue else ""
         ctx.plan.evictions.extend(
-            Evict(p.key, unit.group.key, reason, for_queue=group.queue) for p in unit.pods
+            Evict(p.key, unit.group.key, reason, for_queue=group.queue, standing=kept)
+            for p in unit.pods
         )
     ctx.plan.statuses.state(admitted(group))
     names = ", ".join(u.label() for u in victims) or "nobody (it fits as things are)"
     ctx.log.info("%s: %s makes room by evicting %s", reason, group.key, names)
+
+
+def standing(ctx: CycleContext, unit: VictimUnit) -> str:
+    """What the victim's leaf queue keeps, once the step is booked, of the GPUs and of
+    each resource with a quota that the unit holds, beside the quota and the fair
+    share (`Evict.standing`)."""
+    ledger, queue = ctx.ledger, unit.queue
+    held, share = ledger.held(queue), ledger.fair_share.get(queue, Resources())
+    shown = [GPU] if unit.gpus > EPSILON else []
+    shown += [
+        r
+        for r, amount in unit.requests.items()
+        if r != GPU and amount > EPSILON and quota_of(ledger.tree, queue, r) > EPSILON
+    ]
+    parts = [
+        f"{r} {held[r]:g} (quota {quota_of(ledger.tree, queue, r):g}, fair share {share[r]:g})"
+        for r in shown
+    ]
+    return f"{queue} keeps {', '.join(parts)}" if parts else ""
 
 
 def ask_to_wake(ctx: CycleContext, protection: Protection) -> None:

@@ -48,6 +48,10 @@ class Evict:
     #: The queue the room was made for (reclaim, preempt: the waiting job's queue);
     #: None when no queue gains (consolidation moves the pod, stale-gang frees it).
     for_queue: str | None = None
+    #: Reclaim: what the pod's queue keeps once the step's victims are gone, as the
+    #: cycle counted it ("team-a keeps nvidia.com/gpu 160 (quota 160, fair share
+    #: 150)"): why it could be taken from, in the pod's condition and Event.
+    standing: str = ""
 
 
 @dataclass(frozen=True)

@@ -297,6 +297,8 @@ class Binder:
         message = f"evicted by kai-ray ({evict.reason}) with its gang {evict.group}"
         if evict.for_queue is not None:
             message += f", for queue {evict.for_queue}"
+        if evict.standing:
+            message += f": {evict.standing}"
         result = self.writer.evict(evict, message)
         if result.ok:
             self.writer.record_event(_pod_ref(evict.pod), False, "Evicted", message)

@@ -466,6 +466,8 @@ class Soak:
             observer.gang_of_pod,
             self.grace_s,
             patience,
+            audit,
+            observer.gpus_of_pod,
         )
         counts.binds_to_cordoned, counts.binds_to_deleted_nodes = checker.binds_onto(
             audit, faults, patience
@@ -519,8 +521,9 @@ class Soak:
             "three_cycles_s": {"min": round(min(self.patience_seen), 2), "max": round(patience, 2)},
             "mirror_relists": {m.name: m.lists for m in self.observer.mirrors()},
             "fit_only_on_held_room": [
-                f"+{at - self.started:6.1f}s {gang} (held: {', '.join(nodes)})"
-                for gang, (at, nodes) in sorted(
+                f"+{first - self.started:6.1f}s for {last - first:4.1f}s {gang} "
+                f"(held: {', '.join(nodes)})"
+                for gang, (first, last, nodes) in sorted(
                     self.observer.fit_only_on_held.items(), key=lambda item: item[1][0]
                 )
             ],

@@ -14,8 +14,9 @@ own code paths: the API server's audit log (every `pods/binding` and
 - `pending_with_fit`: a gang pending for longer than three cycles although its
   queue had room and it fit (`soak_oracle.fit_pending`), same counting;
 - `bad_evictions`: kai-ray evictions that broke a rule: a reclaim taking its
-  queue below its quota (changes the cycle could not have seen yet are
-  forgiven), a preemption (the soak's workloads all share one priority, and
+  queue below its quota, by kai-ray's own count (written on the pod) or by
+  the API server's (changes the cycle could not have seen yet, and binds it had
+  made that the API server did not show yet, are forgiven), a preemption (the soak's workloads all share one priority, and
   equal priority never preempts), a stale-gang eviction of a gang not partly
   bound for its grace, a consolidation of a pod no controller will create again;
 - `binds_to_cordoned`, `binds_to_deleted_nodes`: binds onto a node after it was
@@ -135,6 +136,31 @@ def long_episodes(
     return found
 
 
+def in_flight_binds(
+    eviction: EvictionSeen,
+    binds: Iterable[AuditEntry],
+    gpus_of_pod: Mapping[str, float],
+    window_s: float,
+) -> float:
+    """GPUs of the victim's queue that the API server bound within `window_s` of the
+    mark and that the observer had not counted then. The cycle counts its binds at
+    once, and the binder makes them after the cycle's evictions (or in the back): a
+    queue given a pod by allocate and reclaimed from in the same cycle holds that pod
+    in the cycle's count before the API server has it, and the observer sees it only
+    once its watch event comes. A bind by a later cycle inside the window is
+    forgiven too: the window is the slack, as `recently_released`'s is."""
+    namespace = eviction.pod.partition("/")[0]
+    pods = {
+        b.pod
+        for b in binds
+        if b.pod.partition("/")[0] == namespace
+        and b.pod != eviction.pod
+        and b.pod not in eviction.counted
+        and abs(b.wall - eviction.wall) <= window_s
+    }
+    return sum(gpus_of_pod.get(pod, 0.0) for pod in pods)
+
+
 def bad_evictions(
     seen: Iterable[EvictionSeen],
     queues: Mapping[str, oracle.QueueView],
@@ -142,17 +168,28 @@ def bad_evictions(
     gang_of_pod: Mapping[str, str],
     grace_s: float,
     slack_s: float,
+    binds: Iterable[AuditEntry] = (),
+    gpus_of_pod: Mapping[str, float] | None = None,
 ) -> list[str]:
+    """A reclaim is judged twice: on the cycle's own count (`EvictionSeen.cycle_kept`,
+    what kai-ray said the queue keeps) and on what the API server shows, less the
+    changes the cycle could not see yet and plus the binds it had made already."""
     found = []
+    bound = accepted(binds, "binding")
     for eviction in seen:
         reason = eviction.reason.lower()
         if reason == "reclaim":
             quota = queues[eviction.queue].quota if eviction.queue in queues else 0.0
-            left = eviction.queue_held - eviction.gpus + eviction.recently_released
-            if eviction.gpus > 0 and left < quota - EPSILON:
+            flying = in_flight_binds(eviction, bound, gpus_of_pod or {}, 3 * slack_s)
+            left = eviction.queue_held - eviction.gpus + eviction.recently_released + flying
+            kept = eviction.cycle_kept
+            own_count_broken = kept is not None and eviction.gpus > 0 and kept < quota - EPSILON
+            if own_count_broken or (eviction.gpus > 0 and left < quota - EPSILON):
                 found.append(
-                    f"reclaim of {eviction.pod} left {eviction.queue} with {left:g} GPUs, "
-                    f"below its quota {quota:g} (it held {eviction.queue_held:g}, "
+                    f"reclaim of {eviction.pod} left {eviction.queue} with {left:g} GPUs "
+                    f"({flying:g} of them bound close to the eviction), kai-ray said "
+                    f"{'-' if kept is None else f'{kept:g}'}; "
+                    f"its quota {quota:g} (it held {eviction.queue_held:g}, "
                     f"{eviction.queue_held_with_leaving:g} with pods on their way out; "
                     f"its status said allocated {eviction.status_allocated or '-'}, "
                     f"fair share {eviction.status_fair_share or '-'}; queues "

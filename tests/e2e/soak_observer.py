@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import re
 import json
 import logging
 import threading
@@ -187,6 +188,14 @@ class EvictionSeen:
     status_fair_share: str = ""
     #: Every queue's status then: allocated / requested / fair share (GPUs).
     queues_then: str = ""
+    #: When it was marked (wall clock, to meet the audit log's binds).
+    wall: float = 0.0
+    #: The queue's pods `queue_held` counted: a bind of another of its pods close to
+    #: the mark may be one the cycle had made already (`checker.in_flight_binds`).
+    counted: frozenset[str] = frozenset()
+    #: What the cycle said the queue keeps of its GPUs once its victims are gone
+    #: (the condition's message, `Evict.standing`); None when it said nothing.
+    cycle_kept: float | None = None
 
 
 @dataclass
@@ -215,12 +224,17 @@ class Observer:
     #: Each overcommit line, when first seen and the pods holding its node then.
     overcommit_seen: dict[str, tuple[float, list[str]]] = field(default_factory=dict)
     #: Gangs that fit only on room held for admitted workloads (`oracle.admitted_room`):
-    #: when each was first seen so, with the nodes held then. How much that rule spared.
-    fit_only_on_held: dict[str, tuple[float, list[str]]] = field(default_factory=dict)
+    #: when each was first and last seen so, with the nodes held when first seen. How
+    #: much that rule spared, and for how long.
+    fit_only_on_held: dict[str, tuple[float, float, list[str]]] = field(default_factory=dict)
+    #: Releases whose hold ended (`oracle.admitted_room`'s `ended`).
+    holds_ended: set[tuple[str, float]] = field(default_factory=set)
     #: Gangs the soak deleted (their pods going is not a fault of the scheduler).
     deleted: set[str] = field(default_factory=set)
     #: The gang of every pod seen, by pod key (the audit log names pods only).
     gang_of_pod: dict[str, str] = field(default_factory=dict)
+    #: The GPUs every pod seen asks for, by pod key.
+    gpus_of_pod: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         core = client.CoreV1Api(self.api)
@@ -351,9 +365,11 @@ class Observer:
         self.gang_of_pod[now.key] = now.gang
         if kind != "DELETED" and now.node and (was is None or not was.node):
             self._bound(now)
+        if kind != "DELETED":
+            self.gpus_of_pod[now.key] = now.gpu_amount
         reason = _kai_ray_reason(obj)
         if reason and not (before and _kai_ray_reason(before)):
-            self._marked(now, reason)
+            self._marked(now, reason, _kept_gpus(obj))
         holding_before = was is not None and was.holds and not was.deleting
         holding_now = kind != "DELETED" and now.holds and not now.deleting
         if holding_before and not holding_now and not reason:
@@ -369,11 +385,12 @@ class Observer:
                 with contextlib.suppress(ValueError):
                     self.triggers.remove(trigger)
 
-    def _marked(self, pod: oracle.PodView, reason: str) -> None:
+    def _marked(self, pod: oracle.PodView, reason: str, cycle_kept: float | None) -> None:
         """What the pod's queue held when kai-ray chose it, less earlier victims."""
         queue = self.queue_of_namespace.get(pod.namespace, "")
-        now = time.monotonic()
+        now, wall = time.monotonic(), time.time()
         held = with_leaving = 0.0
+        counted = set()
         for obj in self.pods.values():
             other = oracle.read_pod(obj, {})
             if other.namespace != pod.namespace or not other.holds:
@@ -382,6 +399,7 @@ class Observer:
             earlier = _kai_ray_reason(obj) and other.key != pod.key
             if not other.deleting and not earlier:
                 held += other.gpu_amount
+                counted.add(other.key)
         status = next(
             (q.get("status") or {} for q in self.queue_objects.values() if _name(q) == queue), {}
         )
@@ -403,6 +421,9 @@ class Observer:
             str((status.get("allocated") or {}).get("gpu", "")),
             str((status.get("fairShare") or {}).get("gpu", "")),
             self.queue_line(),
+            wall,
+            frozenset(counted),
+            cycle_kept,
         )
         self.evictions.append(seen)
 
@@ -426,12 +447,13 @@ class Observer:
         queue_of = self.queue_of(gangs, pods)
         usage = oracle.node_usage(nodes.values(), pods)
         allocated = oracle.queue_allocations(pods, queue_of, self.queues)
-        held = oracle.admitted_room(self.admitted(now), members, now)
+        held = oracle.admitted_room(self.admitted(now), members, now, self.holds_ended)
         fitting = oracle.fit_pending(members, gangs, nodes, usage, self.queues, allocated, held)
         if held:
             anywhere = oracle.fit_pending(members, gangs, nodes, usage, self.queues, allocated)
             for gang in anywhere.keys() - fitting.keys():
-                self.fit_only_on_held.setdefault(gang, (now, sorted(held)))
+                first, _, nodes = self.fit_only_on_held.get(gang, (now, now, sorted(held)))
+                self.fit_only_on_held[gang] = (first, now, nodes)
         partial = oracle.partial_gangs(members, gangs, nodes)
         over = oracle.overcommitted(nodes.values(), usage)
         self.overcommits.extend((now, line) for line in over)
@@ -497,6 +519,19 @@ def _kai_ray_reason(pod: Mapping[str, Any]) -> str:
         if condition.get("type") == DISRUPTION_TARGET and reason.startswith("KaiRay"):
             return reason.removeprefix("KaiRay")
     return ""
+
+
+#: `Evict.standing` in a reclaimed pod's condition: "... keeps nvidia.com/gpu 160 (quota".
+_KEPT = re.compile(r"keeps nvidia\.com/gpu (-?[0-9.e+]+) \(quota")
+
+
+def _kept_gpus(pod: Mapping[str, Any]) -> float | None:
+    """The GPUs kai-ray said the pod's queue keeps, from its DisruptionTarget message."""
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == DISRUPTION_TARGET:
+            found = _KEPT.search(str(condition.get("message") or ""))
+            return float(found.group(1)) if found else None
+    return None
 
 
 def _holding(line: str, pods: list[oracle.PodView]) -> list[str]:

@@ -450,13 +450,21 @@ def admitted_room(
     admitted: Mapping[str, tuple[float, tuple[str, ...]]],
     gangs: Mapping[str, list[PodView]],
     now: float,
+    ended: set[tuple[str, float]] | None = None,
 ) -> set[str]:
     """Nodes where the operator holds room for admitted workloads: gang -> (when
     its release was first seen, its admitted nodes); held while the gang has
-    fewer pods than nodes, for `ADMITTED_HOLD_S` at most."""
+    fewer pods than nodes, for `ADMITTED_HOLD_S` at most. As the operator's, a
+    hold ends once for good: a release whose pods all existed once is put in
+    `ended` (when given) and not held again if some of its pods go."""
     held: set[str] = set()
     for gang, (seen, nodes) in admitted.items():
-        if now - seen < ADMITTED_HOLD_S and len(gangs.get(gang, ())) < len(nodes):
+        if ended is not None and (gang, seen) in ended:
+            continue
+        if len(gangs.get(gang, ())) >= len(nodes):
+            if ended is not None:
+                ended.add((gang, seen))
+        elif now - seen < ADMITTED_HOLD_S:
             held.update(nodes)
     return held
 

@@ -46,6 +46,8 @@ def test_reclaim_inside_a_department_at_its_limit_names_the_queue_that_gains() -
     (evict,) = result.plan.evictions
     assert evict.group in ("default/a0", "default/a1")
     assert (evict.reason, evict.for_queue) == ("reclaim", "team-b")
+    # ... and what team-a keeps as the cycle counted it: why it could be taken from
+    assert evict.standing == "team-a keeps nvidia.com/gpu 4 (quota 0, fair share 4)"
     assert {b.group for b in result.plan.binds} == {"default/b"}
 
 
@@ -54,11 +56,12 @@ def test_the_evicted_event_names_the_queue_the_room_was_made_for() -> None:
     for obj in (node("n1"), pod("v", 8, "n1"), pod("m", 8, "n1")):
         cache.upsert(obj)
     plan = Plan(cycle=1)
-    plan.evictions.append(Evict("ns/v", "ns/vg", "reclaim", for_queue="team-b"))
+    kept = "team-a keeps nvidia.com/gpu 8 (quota 8, fair share 6)"
+    plan.evictions.append(Evict("ns/v", "ns/vg", "reclaim", for_queue="team-b", standing=kept))
     plan.evictions.append(Evict("ns/m", "ns/mg", "consolidation"))
     writer = MessageWriter()
     Binder(writer).apply(plan, cache.snapshot(), 0.0)
     assert writer.messages == [
-        "evicted by kai-ray (reclaim) with its gang ns/vg, for queue team-b",
+        f"evicted by kai-ray (reclaim) with its gang ns/vg, for queue team-b: {kept}",
         "evicted by kai-ray (consolidation) with its gang ns/mg",
     ]

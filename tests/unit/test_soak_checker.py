@@ -231,6 +231,13 @@ def test_room_held_for_an_admitted_workload_until_its_pods_exist_is_not_a_fit() 
     assert fits(now=110.0) == []  # n1 is held for r's pods
     assert fits(now=110.0, pods_made=2) == ["ns/a"]  # its pods exist: they hold their own room
     assert fits(now=100.0 + oracle.ADMITTED_HOLD_S) == ["ns/a"]  # the operator lets go in time
+    # once all its pods existed, the hold is over for good, as the operator's is
+    ended: set[tuple[str, float]] = set()
+    made = {**gangs, gang_key: [oracle.read_pod(pod(f"r-{i}"), {}) for i in range(2)]}
+    assert oracle.admitted_room(admitted, made, 110.0, ended) == set()
+    made[gang_key] = made[gang_key][:1]  # one of its pods deleted
+    assert oracle.admitted_room(admitted, made, 111.0, ended) == set()
+    assert oracle.admitted_room(admitted, made, 111.0) == {"n1"}
     assert oracle.admitted_nodes({**cluster, "spec": {"suspend": True}}) == ()
 
 
@@ -301,6 +308,38 @@ def test_evictions_that_break_the_rules() -> None:
     assert len(too_soon) == 1 and "grace" in too_soon[0]
 
 
+def test_a_reclaim_is_judged_with_the_binds_the_cycle_had_made_and_on_its_own_count() -> None:
+    """Allocate may give the victim's queue a pod in the same cycle that reclaims
+    from it: the cycle counts it at once, the API server has it only after the
+    evictions. Such a bind, close to the eviction, counts as held; one long after,
+    or one the observer had counted already, does not. kai-ray's own count (the
+    condition's message) is judged as it stands."""
+
+    def seen(held: float, kept: float | None = None) -> EvictionSeen:
+        return EvictionSeen(
+            "ns/p", "team", "Reclaim", 100.0, 4, True, held, 0.0,
+            wall=1000.0, counted=frozenset({"ns/old"}), cycle_kept=kept,
+        )  # fmt: skip
+
+    gpus = {"ns/new": 4.0, "ns/old": 4.0, "ns/late": 4.0}
+    binds = [
+        checker.AuditEntry("binding", "ns/new", 1000.4, 201, "n1"),
+        checker.AuditEntry("binding", "ns/old", 999.0, 201, "n1"),  # counted already
+        checker.AuditEntry("binding", "ns/late", 1030.0, 201, "n2"),  # a later cycle's
+        checker.AuditEntry("binding", "other/x", 1000.2, 201, "n2"),  # another queue's
+    ]
+
+    def judge(*evictions: EvictionSeen) -> list[str]:
+        return checker.bad_evictions(evictions, QUEUES, {}, {}, 60, 2, binds, gpus)
+
+    assert judge(seen(held=8, kept=8)) == []  # 8 - 4 + 4 in flight: the quota
+    (found,) = judge(seen(held=6))  # 6 - 4 + 4 = 6: below
+    assert "4 of them bound close to the eviction" in found
+    (own,) = judge(seen(held=12, kept=7))  # the cycle said it kept 7 of quota 8
+    assert "kai-ray said 7" in own
+    assert checker.bad_evictions([seen(held=8)], QUEUES, {}, {}, 60, 2) != []
+
+
 def test_episodes_are_judged_in_cycles_after_the_grace() -> None:
     def episode(seconds: float, cycles: float, state: str = "fit") -> Episode:
         return Episode("ns/g", state, 0.0, seconds, counted_s=seconds, cycles=cycles)
@@ -343,3 +382,27 @@ def test_a_workload_counts_as_deleted_by_the_soak_only_once_a_delete_was_answere
     soak.custom.down = False  # type: ignore[attr-defined]
     assert soak.delete(workload) is True
     assert soak.observer.deleted == {"ns/raycluster-rc"}
+
+
+def test_the_observer_reads_what_kai_ray_said_a_reclaimed_queue_keeps() -> None:
+    from kai_ray.decisions.plan import Evict, Plan
+    from kai_ray.effects.binder import Binder
+    from kai_ray.state.cache import ClusterCache
+    from tests.e2e.soak_observer import _kept_gpus
+
+    from .test_cluster_cache import node, pod
+    from .test_eviction_for_queue import MessageWriter
+
+    cache = ClusterCache()
+    for obj in (node("n1"), pod("v", 8, "n1")):
+        cache.upsert(obj)
+    plan = Plan(cycle=1)
+    kept = "team-a keeps nvidia.com/gpu 156.75 (quota 160, fair share 150)"
+    plan.evictions.append(Evict("ns/v", "ns/vg", "reclaim", for_queue="team-b", standing=kept))
+    writer = MessageWriter()
+    Binder(writer).apply(plan, cache.snapshot(), 0.0)
+    (message,) = writer.messages
+    condition = {"type": "DisruptionTarget", "reason": "KaiRayReclaim", "message": message}
+    assert _kept_gpus({"status": {"conditions": [condition]}}) == 156.75
+    condition["message"] = "evicted by kai-ray (reclaim) with its gang ns/vg"
+    assert _kept_gpus({"status": {"conditions": [condition]}}) is None
