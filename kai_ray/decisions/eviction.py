@@ -54,8 +54,10 @@ from kai_ray.decisions.runtime import Protection, started_at
 from kai_ray.decisions.transaction import MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import (
     Budget,
+    KeptUnits,
     Need,
     PodVector,
+    Released,
     Vector,
     VictimUnit,
     pods_fitting,
@@ -71,6 +73,8 @@ from kai_ray.values.resources import EPSILON, GPU, Resources
 SLACK = (0.0, 1.0, 3.0)
 #: Per group: its victim units (they depend on the snapshot alone).
 VICTIM_UNITS = MemoKey[list[VictimUnit]]("victim units")
+#: The units kept from cycle to cycle (`victims.KeptUnits`), when the caller keeps them.
+KEPT_UNITS = MemoKey[KeptUnits]("victim units kept across cycles")
 
 
 def job_need(tx: Transaction, group: PodGroupState) -> Need | None:
@@ -104,7 +108,9 @@ def evict_to_fit(
         return None
     for slack in SLACK:
         wanted = dataclasses.replace(need, count=need.count + int(slack * need.count))
-        chosen = select_victims(tx.free, wanted, units, _vector(tx), _node_of(tx), new_budget())
+        chosen = select_victims(
+            tx.free, wanted, units, _vector(tx), _node_of(tx), new_budget(), _released(tx)
+        )
         if chosen is None:
             break
         if not chosen and admits(chosen) and _try_fit(ctx, group, chosen):
@@ -327,6 +333,15 @@ def _vector(tx: Transaction) -> PodVector:
     return lambda pod: held_vector(tx.snapshot, pod)
 
 
+#: Per cycle: what each victim unit gives back on its nodes (`victims.Released`).
+RELEASED = MemoKey[Released]("released by victim units")
+
+
+def _released(tx: Transaction) -> Released:
+    width = tx.free.shape[1]
+    return tx.memo.get(RELEASED, None, lambda: Released(_vector(tx), _node_of(tx), width))
+
+
 def _node_of(tx: Transaction) -> Callable[[PodState], int]:
     index = tx.snapshot.node_index
     return lambda pod: index[pod.node or ""]
@@ -475,8 +490,20 @@ def victim_groups(ctx: CycleContext) -> VictimGroups:
 
 
 def _units_of(tx: Transaction, group: PodGroupState, priority: int) -> list[VictimUnit]:
-    """The group's victim units, cut once per cycle (they depend on the snapshot alone)."""
-    build = lambda: victim_units(group, priority, started_at(group))  # noqa: E731
+    """The group's victim units, cut once per cycle (they depend on the group alone:
+    `priority` is its `group_priority`), and kept from cycle to cycle while the
+    group's state is the very same object (`KEPT_UNITS`, when the caller keeps them)."""
+
+    def build() -> list[VictimUnit]:
+        kept = tx.memo.find(KEPT_UNITS, None)
+        found = kept.get(group.key) if kept is not None else None
+        if found is not None and found[0] is group:
+            return found[1]
+        units = victim_units(group, priority, started_at(group))
+        if kept is not None:
+            kept[group.key] = (group, units)
+        return units
+
     return tx.memo.get(VICTIM_UNITS, group.key, build)
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from kai_ray.decisions.admission import TypedKey, is_preemptible, typed_gpus, typed_keys
 from kai_ray.decisions.ordering import group_priority
 from kai_ray.decisions.placement.mix import ClassCounts
+from kai_ray.decisions.victims import KeptUnits
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.snapshot import Snapshot
@@ -113,6 +114,9 @@ class GroupTotals:
         self._pods: Mapping[str, PodState] | None = None
         self._foreign: dict[str, PodState] = {}
         self._scheduler = ""
+        #: Victim units of groups whose state has not changed (`victims.KeptUnits`):
+        #: filled by the evicting actions, emptied of a group here when it changes.
+        self.victim_units: KeptUnits = {}
 
     def update(self, snapshot: Snapshot) -> GroupTotals:
         """Follow `snapshot`: the groups that changed since the last one are taken out
@@ -205,6 +209,7 @@ class GroupTotals:
         self._count(part, 1)
 
     def _drop(self, key: str) -> None:
+        self.victim_units.pop(key, None)
         part = self._parts.pop(key, None)
         if part is not None:
             self._count(part, -1)

@@ -84,6 +84,13 @@ class VictimUnit:
         return f"{what} {self.group.key}"
 
 
+#: Victim units kept from cycle to cycle (`totals.GroupTotals.victim_units`): by
+#: group key, the very group state they were cut from and its units. Units depend
+#: on the group alone, and the cache keeps a group's state while nothing of it
+#: changed, so units kept for the same object are the units it would be cut into.
+KeptUnits = dict[str, tuple[PodGroupState, list["VictimUnit"]]]
+
+
 @dataclass(frozen=True)
 class Need:
     """The job's missing pods as `count` copies of `vector`, on the `allowed` nodes."""
@@ -196,9 +203,12 @@ def select_victims(
     pod_vector: PodVector,
     node_of: NodeOf,
     budget: Budget,
+    released: Released | None = None,
 ) -> list[VictimUnit] | None:
     """Units whose eviction should make room for `need.count` pods, or None when
-    the eligible units cannot make enough room. An empty list: it fits already."""
+    the eligible units cannot make enough room. An empty list: it fits already.
+    `released`, kept by the caller for the same `pod_vector` and `node_of`, spares
+    summing a unit's pods again in a later search."""
     fits_now = np.where(need.allowed, pods_fitting(free, need.vector), 0)
     missing = need.count - int(fits_now.sum())
     if missing <= 0:
@@ -209,11 +219,12 @@ def select_victims(
     sizes: dict[int, list[int]] = {}
     for node, on_node in by_node.items():
         sizes.setdefault(len(on_node), []).append(node)
+    released = released or Released(pod_vector, node_of, free.shape[1])
     options: list[_NodeOption] = []
     for nodes in sizes.values():
         for start in range(0, len(nodes), _BATCH_NODES):
             batch = [(node, by_node[node]) for node in nodes[start : start + _BATCH_NODES]]
-            options += _node_options(free, need, batch, fits_now, missing, pod_vector, node_of)
+            options += _node_options(free, need, batch, fits_now, missing, released)
     options.sort(key=lambda o: o.key)
     return _take_options(options, missing, budget)
 
@@ -230,16 +241,37 @@ def _units_by_node(
     return by_node
 
 
-def _released(
-    units: Sequence[VictimUnit], node: int, pod_vector: PodVector, node_of: NodeOf, width: int
-) -> Matrix:
-    """Row i: what unit i gives back on `node`."""
-    rows = np.zeros((len(units), width), dtype=np.float64)
-    for i, unit in enumerate(units):
+class Released:
+    """What each unit gives back on each of its nodes, summed once per unit (in the
+    order of its pods, from zero: the same sums a walk per node makes). Valid while
+    `pod_vector` and `node_of` answer the same (one snapshot)."""
+
+    def __init__(self, pod_vector: PodVector, node_of: NodeOf, width: int) -> None:
+        self.pod_vector, self.node_of, self.width = pod_vector, node_of, width
+        #: By unit id, the unit (kept alive, so its id is not reused) and its sums.
+        self._by_unit: dict[int, tuple[VictimUnit, dict[int, Vector]]] = {}
+
+    def rows(self, units: Sequence[VictimUnit], node: int) -> Matrix:
+        """Row i: what unit i gives back on `node`."""
+        rows = np.zeros((len(units), self.width), dtype=np.float64)
+        for i, unit in enumerate(units):
+            given = self._on_nodes(unit).get(node)
+            if given is not None:
+                rows[i] = given
+        return rows
+
+    def _on_nodes(self, unit: VictimUnit) -> dict[int, Vector]:
+        kept = self._by_unit.get(id(unit))
+        if kept is not None:
+            return kept[1]
+        found: dict[int, Vector] = {}
         for pod in unit.pods:
-            if node_of(pod) == node:
-                rows[i] += pod_vector(pod)
-    return rows
+            node = self.node_of(pod)
+            if node not in found:
+                found[node] = np.zeros(self.width, dtype=np.float64)
+            found[node] += self.pod_vector(pod)
+        self._by_unit[id(unit)] = (unit, found)
+        return found
 
 
 #: Nodes weighed in one batch (bounds the arrays: nodes x candidate sets x resources).
@@ -252,8 +284,7 @@ def _node_options(
     batch: Sequence[tuple[int, list[VictimUnit]]],
     fits_now: npt.NDArray[np.int64],
     missing: int,
-    pod_vector: PodVector,
-    node_of: NodeOf,
+    released_by: Released,
 ) -> list[_NodeOption]:
     """For each node of `batch` (all with as many units), the least disruptive set of
     its units that makes the most pods fit there (but never more than the job still
@@ -267,7 +298,7 @@ def _node_options(
     sets = np.stack([_candidate_sets(units) for units in units_of])  # nodes x sets x units
     weights = sets.astype(np.float64)
     released = np.stack(
-        [_released(units, node, pod_vector, node_of, free.shape[1]) for node, units in batch]
+        [released_by.rows(units, node) for node, units in batch]
     )  # nodes x units x resources
     total = free[nodes][:, None, :] + weights @ released
     fits = pods_fitting(total.reshape(-1, free.shape[1]), need.vector).reshape(sets.shape[:2])
