@@ -24,6 +24,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -36,8 +37,8 @@ from kai_ray.decisions.plan import Bind
 from kai_ray.state.dra import DeviceRef
 from kai_ray.state.dra_allocate import ClaimAllocation, result_of
 from kai_ray.state.pod_states import PodState
-from kai_ray.state.snapshot import POD_COUNT, Snapshot
-from kai_ray.values.resources import EPSILON, GPU
+from kai_ray.state.snapshot import POD_COUNT, Snapshot, vector_in
+from kai_ray.values.resources import EPSILON, GPU, Resources
 
 Matrix = npt.NDArray[np.float64]
 #: A topology level: (Topology name, level index from the widest).
@@ -346,9 +347,17 @@ class _Taken(AbstractSet[DeviceRef]):
 
 
 def held_vector(snapshot: Snapshot, pod: PodState) -> Matrix:
-    """What a bound pod holds on its node, laid out as the snapshot's `used` counts it."""
-    row = snapshot.vector(pod.requests)
-    row[snapshot.column(GPU)] += pod.gpu_fraction
-    if POD_COUNT in snapshot.resource_names:
-        row[snapshot.column(POD_COUNT)] += 1.0
+    """What a bound pod holds on its node, laid out as the snapshot's `used` counts it
+    (read only: pods asking alike share one row)."""
+    return _held_row(pod.requests, pod.gpu_fraction, snapshot.resource_names)
+
+
+@functools.lru_cache(maxsize=4096)
+def _held_row(requests: Resources, fraction: float, names: tuple[str, ...]) -> Matrix:
+    """`held_vector` of a pod asking `requests` and `fraction`, in the columns `names`."""
+    row = vector_in(names, requests)
+    row[names.index(GPU)] += fraction
+    if POD_COUNT in names:
+        row[names.index(POD_COUNT)] += 1.0
+    row.setflags(write=False)
     return row

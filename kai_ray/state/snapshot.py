@@ -87,6 +87,18 @@ def _columns(resource_names: tuple[str, ...]) -> dict[str, int]:
     return {name: i for i, name in enumerate(resource_names)}
 
 
+def vector_in(resource_names: tuple[str, ...], amounts: Mapping[str, float]) -> Matrix:
+    """`amounts` as a vector in the columns `resource_names` (`Snapshot.vector`)."""
+    columns = _columns(resource_names)
+    row = np.zeros(len(columns), dtype=np.float64)
+    for name, amount in amounts.items():
+        column = columns.get(canonical_name(name))
+        if column is None:
+            raise KeyError(f"resource {name!r} is not a column of this snapshot")
+        row[column] = amount
+    return row
+
+
 @dataclass(frozen=True)
 class Snapshot:
     #: Column order of every matrix: cpu, memory, nvidia.com/gpu, then the rest sorted.
@@ -134,14 +146,7 @@ class Snapshot:
 
     def vector(self, amounts: Mapping[str, float]) -> Matrix:
         """A resource vector laid out in column order; unknown resources raise KeyError."""
-        columns = _columns(self.resource_names)
-        row = np.zeros(len(columns), dtype=np.float64)
-        for name, amount in amounts.items():
-            column = columns.get(canonical_name(name))
-            if column is None:
-                raise KeyError(f"resource {name!r} is not a column of this snapshot")
-            row[column] = amount
-        return row
+        return vector_in(self.resource_names, amounts)
 
     @property
     def schedulable(self) -> Flags:
