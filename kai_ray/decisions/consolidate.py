@@ -334,11 +334,16 @@ def could_pack(tx: Transaction, target: PodGroupState, moved: Sequence[PodGroupS
 
 def replace_gang(tx: Transaction, gang: PodGroupState, config: SchedulerConfigSpec) -> bool:
     """Every bound pod of `gang` placed again (its minimum together, then one by one)."""
-    view = as_pending(gang)
+    view = tx.memo.get(AS_PENDING, gang.key, lambda: as_pending(gang))
     if not place_gang(tx, view, config).admitted:
         return False
     place_extras(tx, view, config)
     return all(pod.key in tx.placed for pod in view.pods)
+
+
+#: Per cycle: each movable gang as placement sees it once released (`as_pending`,
+#: a function of the snapshot's gang alone), for the many moves that try it.
+AS_PENDING = MemoKey[PodGroupState]("gang as pending")
 
 
 def as_pending(gang: PodGroupState) -> PodGroupState:
