@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 from kai_ray.decisions.booking import held_ledger
 from kai_ray.decisions.cycle import run_cycle
+from kai_ray.decisions.ordering import group_priority
+from kai_ray.decisions.runtime import started_at
 from kai_ray.decisions.totals import (
     GroupTotals,
     cluster_capacity,
@@ -23,6 +25,7 @@ from kai_ray.decisions.totals import (
     leaf_requests,
     nearest,
 )
+from kai_ray.decisions.victims import victim_units
 from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, ClusterCache
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.config import SchedulerConfig
@@ -152,3 +155,68 @@ def _pending(index: int) -> dict[str, Any]:
         "devices": None,
         "leaving": 5,
     }
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(st.lists(EVENTS, min_size=1, max_size=30))
+def test_victim_units_kept_across_cycles_are_those_their_group_is_cut_into(
+    steps: list[tuple[Any, ...]],
+) -> None:
+    """The evicting actions keep each group's victim units in `GroupTotals` while
+    the cache keeps the group's state: after any events, every kept entry is of the
+    snapshot's very group and equals the units cut afresh, and a cycle with them
+    decides as one without."""
+    cache, clock = started()
+    kept = GroupTotals()
+    actions = {"spec": {"actions": ["allocate", "reclaim", "preempt", "consolidate"]}}
+    config = SchedulerConfig.model_validate(actions)
+    for cycle, step in enumerate(steps, start=1):
+        apply(cache, clock, step)
+        snapshot = cache.snapshot()
+        with_kept = run_cycle(snapshot, config, cycle, 0.0, totals=kept)
+        without = run_cycle(snapshot, config, cycle, 0.0)
+        assert with_kept.plan.evictions == without.plan.evictions
+        assert with_kept.plan.binds == without.plan.binds
+        for key, (group, units) in kept.victim_units.items():
+            assert snapshot.pod_groups.get(key) is group, key
+            assert units == victim_units(group, group_priority(group), started_at(group))
+
+
+def test_a_group_that_changed_is_cut_into_victim_units_afresh() -> None:
+    """Team a's two 8-GPU gangs run; team b waits for 8 GPUs of its quota: reclaim
+    takes a0. The plan is not applied, but a0's pod finishes and its controller
+    starts another on the same node before the next cycle: a0 is a new state, cut
+    into units afresh, so the new pod is evicted, not the finished one. (Two guards
+    make it so: `GroupTotals` drops a changed group's units, and the evicting
+    actions use kept units only of the very same state; the test fails without
+    both.)"""
+    cache = ClusterCache(SCHEDULER)
+    cache.upsert(make_queue("team-a").gpu(quota=0).build(), QUEUE)
+    cache.upsert(make_queue("team-b").gpu(quota=8).build(), QUEUE)
+
+    def running(name: str, group: str, node: str, phase: str = "Running") -> dict[str, Any]:
+        pod = make_pod(name).group(group).gpus(8).on(node).phase(phase)
+        return pod.scheduler(SCHEDULER).build()
+
+    for name, node in (("a0", "n0"), ("a1", "n1")):
+        cache.upsert(make_node(node).gpus(8).build(), NODE)
+        cache.upsert(make_pod_group(name).queue("team-a").build(), POD_GROUP)
+        cache.upsert(running(f"{name}-0", name, node), POD)
+    cache.upsert(make_pod_group("b").queue("team-b").build(), POD_GROUP)
+    cache.upsert(make_pod("b-0").group("b").gpus(8).scheduler(SCHEDULER).build(), POD)
+    config = SchedulerConfig.model_validate({"spec": {"actions": ["reclaim"]}})
+    kept = GroupTotals()
+    first = run_cycle(cache.snapshot(), config, 1, 0.0, totals=kept)
+    assert [e.pod for e in first.plan.evictions] == ["default/a0-0"]
+    assert {"default/a0", "default/a1"} <= set(kept.victim_units)
+    cache.upsert(running("a0-0", "a0", "n0", "Succeeded"), POD)
+    cache.upsert(running("a0-1", "a0", "n0"), POD)
+    snapshot = cache.snapshot()
+    second = run_cycle(snapshot, config, 2, 0.0, totals=kept)
+    assert [e.pod for e in second.plan.evictions] == ["default/a0-1"]
+    assert second.plan.evictions == run_cycle(snapshot, config, 2, 0.0).plan.evictions
+    assert kept.victim_units["default/a0"][0] is snapshot.pod_groups["default/a0"]
