@@ -452,8 +452,8 @@ class Observer:
         if held:
             anywhere = oracle.fit_pending(members, gangs, nodes, usage, self.queues, allocated)
             for gang in anywhere.keys() - fitting.keys():
-                first, _, nodes = self.fit_only_on_held.get(gang, (now, now, sorted(held)))
-                self.fit_only_on_held[gang] = (first, now, nodes)
+                first, _, held_then = self.fit_only_on_held.get(gang, (now, now, sorted(held)))
+                self.fit_only_on_held[gang] = (first, now, held_then)
         partial = oracle.partial_gangs(members, gangs, nodes)
         over = oracle.overcommitted(nodes.values(), usage)
         self.overcommits.extend((now, line) for line in over)
