@@ -323,13 +323,68 @@ def could_pack(tx: Transaction, target: PodGroupState, moved: Sequence[PodGroupS
     # (whichever of them placement completes its minimum with)
     pending = np.sort(np.array([held_vector(snapshot, p) for p in target.pending]), axis=0)
     sizes = np.vstack([pending[: len(target.missing)], *moving])
-    for column in range(sizes.shape[1]):
-        asked = sizes[:, column]
-        for size in np.unique(asked[asked > EPSILON]):
-            room = np.floor(free[:, column] / size + EPSILON).sum()
-            if np.count_nonzero(asked >= size - EPSILON) > room:
-                return False
+    return all(sizes_could_fit(sizes[:, c], free[:, c]) for c in range(sizes.shape[1]))
+
+
+#: At most this many request sizes of one resource are judged as thresholds by
+#: `sizes_could_fit`'s second count (each is a necessary condition of its own, so
+#: judging fewer only rules out less); the largest are kept.
+_THRESHOLDS = 16
+#: `_most_weight` counts the larger items per node exactly up to this many.
+_EXACT_LARGER = 64
+
+
+def sizes_could_fit(asked: Vector, room: Vector) -> bool:
+    """Whether items of the sizes `asked` (one resource; zeros ask nothing) could be
+    packed into nodes with room `room`, by two counts, each a necessary condition
+    (a packing exists only if both hold):
+
+    1. for each size t asked, the items asking t or more do not outnumber
+       Σ floor(room / t): a node with room f holds at most f // t of them;
+    2. for each size k asked (a threshold), weigh an item 1 when it asks more than
+       k, 1/2 when it asks k, and 0 when less: the items' weight is at most what
+       the nodes could hold of it, a node with room f at most the largest
+       a + floor((f - a * s) / k) / 2 over a = 0, 1, ... with a * s <= f, where s
+       is the smallest size asked above k (a items above k take a * s or more;
+       what is left holds at most that many items of k). Two items of more than
+       half a node cannot share it: the count the first misses (four items of
+       6, 5, 5 and 4 GPUs on three nodes with 8 free each pass 1 and fail 2).
+    """
+    items = asked[asked > EPSILON]
+    if items.size == 0:
+        return True
+    distinct = np.unique(items)
+    for size in distinct:
+        if np.count_nonzero(items >= size - EPSILON) > np.floor(room / size + EPSILON).sum():
+            return False
+    for i in range(max(len(distinct) - _THRESHOLDS, 0), len(distinct)):
+        k = float(distinct[i])
+        above = distinct[i + 1 :]
+        weight = float(np.count_nonzero(items > k + EPSILON))
+        weight += 0.5 * float(np.count_nonzero(np.abs(items - k) <= EPSILON))
+        if weight > _most_weight(room, k, float(above[0]) if above.size else None) + EPSILON:
+            return False
     return True
+
+
+def _most_weight(room: Vector, k: float, s: float | None) -> float:
+    """`sizes_could_fit`'s count 2: Σ over nodes of the most weight each could hold.
+    Where a node could hold more than `_EXACT_LARGER` items of size s, the larger
+    end of the bound's real relaxation is taken instead (every term is at most
+    a + (f - a * s) / (2k), linear in a, so at most its value at a = 0 or at
+    a = f / s): looser, and still a bound."""
+    room = np.maximum(room, 0.0)
+    halves = np.floor(room / k + EPSILON) * 0.5
+    if s is None:
+        return float(halves.sum())
+    larger = np.floor(room / s + EPSILON)
+    exact = larger <= _EXACT_LARGER
+    best = np.where(exact, halves, np.maximum(room / (2.0 * k), room / s))
+    for a in range(1, int(larger[exact].max(initial=0)) + 1):
+        left = room - a * s
+        held = a + np.floor(np.maximum(left, 0.0) / k + EPSILON) * 0.5
+        best = np.where(exact & (left >= -EPSILON), np.maximum(best, held), best)
+    return float(best.sum())
 
 
 def replace_gang(tx: Transaction, gang: PodGroupState, config: SchedulerConfigSpec) -> bool:
