@@ -52,6 +52,7 @@ from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.placement.equivalence import signature
 from kai_ray.decisions.plan import Evict, GroupStatus, Nominate
 from kai_ray.decisions.runtime import started_at
+from kai_ray.decisions.totals import kept_per_group
 from kai_ray.decisions.transaction import MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import Vector, newest_first
 from kai_ray.state.groups import PodGroupState
@@ -237,7 +238,25 @@ def _movable_gangs(ctx: CycleContext) -> tuple[list[PodGroupState], frozenset[st
     return ordered, frozenset(gang.key for gang in ordered)
 
 
+#: What `_movable` and `_protected` read of a group alone: whether it may be moved
+#: at all, and when `consolidationMinRuntime` stops protecting it (kept from cycle to
+#: cycle per group state and settings: `totals.KeptPerGroup`).
+MOVABLE_FACTS = MemoKey[tuple[bool, float | None]]("movable at all, protected until")
+
+
+def _facts(ctx: CycleContext, group: PodGroupState) -> tuple[bool, float | None]:
+    settings = (ctx.config.schedulerName, ctx.config.consolidationMinRuntime)
+    build = lambda: (_movable_alone(ctx, group), _protection_end(ctx, group))  # noqa: E731
+    return kept_per_group(ctx.transaction.memo, MOVABLE_FACTS, settings, group, build)
+
+
 def _movable(ctx: CycleContext, group: PodGroupState, touched: set[str]) -> bool:
+    return _facts(ctx, group)[0] and not any(pod.key in touched for pod in group.live_pods())
+
+
+def _movable_alone(ctx: CycleContext, group: PodGroupState) -> bool:
+    """What `_movable` reads of the group alone: its pods are all this scheduler's,
+    each made again by a controller, seen whole, at its minimum, and preemptible."""
     bound = group.bound
     live = group.live_pods()
     ours = all(pod.scheduler == ctx.config.schedulerName for pod in live)
@@ -245,8 +264,7 @@ def _movable(ctx: CycleContext, group: PodGroupState, touched: set[str]) -> bool
     recreated = all(pod.controlled for pod in live)
     known = ours and recreated and group.seen_whole
     whole = len(bound) >= max(group.spec.minMember, 1)
-    untouched = not any(pod.key in touched for pod in live)
-    return known and whole and untouched and is_preemptible(group, group_priority(group))
+    return known and whole and is_preemptible(group, group_priority(group))
 
 
 def _protection_end(ctx: CycleContext, group: PodGroupState) -> float | None:
@@ -259,7 +277,7 @@ def _protection_end(ctx: CycleContext, group: PodGroupState) -> float | None:
 
 
 def _protected(ctx: CycleContext, group: PodGroupState) -> bool:
-    end = _protection_end(ctx, group)
+    end = _facts(ctx, group)[1]
     if end is None or end <= ctx.now:
         return False
     earliest = ctx.transaction.memo.find(PROTECTED_UNTIL, None)

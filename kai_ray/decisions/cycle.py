@@ -21,7 +21,7 @@ from kai_ray.decisions.allocate import AllocateAction
 from kai_ray.decisions.booking import held_ledger
 from kai_ray.decisions.consolidate import ConsolidateAction
 from kai_ray.decisions.context import Action, ActionRegistry, CycleContext, CycleLog
-from kai_ray.decisions.eviction import KEPT_UNITS, release_terminating
+from kai_ray.decisions.eviction import release_terminating
 from kai_ray.decisions.fairness import OverCommitment, fair_shares, over_committed
 from kai_ray.decisions.ordering import waiting_gangs
 from kai_ray.decisions.placement.mix import CLASS_COUNTS
@@ -29,7 +29,7 @@ from kai_ray.decisions.plan import Plan
 from kai_ray.decisions.preempt import PreemptAction
 from kai_ray.decisions.reclaim import ReclaimAction
 from kai_ray.decisions.stale import StaleGangEvictionAction
-from kai_ray.decisions.totals import GroupTotals, cluster_capacity, leaf_requests
+from kai_ray.decisions.totals import PER_GROUP, GroupTotals, cluster_capacity, leaf_requests
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.decisions.usage import UsageState, drift_wake, occupying, usage_until
 from kai_ray.state.snapshot import Snapshot
@@ -120,7 +120,7 @@ def run_cycle(
     plan = Plan(cycle=cycle)
     tx = Transaction(snapshot)
     tx.memo.keep(CLASS_COUNTS, None, totals.class_counts)
-    tx.memo.keep(KEPT_UNITS, None, totals.victim_units)
+    tx.memo.keep(PER_GROUP, None, totals.per_group)
     ctx = CycleContext(snapshot, spec, shares, ledger, tx, plan, log, now, capacity, time_up)
     #    Pods being deleted release their room: the actions place onto it (pipelining).
     release_terminating(ctx)

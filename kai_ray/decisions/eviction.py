@@ -51,10 +51,10 @@ from kai_ray.decisions.placement.domains import Scope, resolve
 from kai_ray.decisions.placement.filters import static_mask
 from kai_ray.decisions.plan import Evict
 from kai_ray.decisions.runtime import Protection, started_at
+from kai_ray.decisions.totals import kept_per_group
 from kai_ray.decisions.transaction import MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import (
     Budget,
-    KeptUnits,
     Need,
     PodVector,
     Released,
@@ -73,8 +73,6 @@ from kai_ray.values.resources import EPSILON, GPU, Resources
 SLACK = (0.0, 1.0, 3.0)
 #: Per group: its victim units (they depend on the snapshot alone).
 VICTIM_UNITS = MemoKey[list[VictimUnit]]("victim units")
-#: The units kept from cycle to cycle (`victims.KeptUnits`), when the caller keeps them.
-KEPT_UNITS = MemoKey[KeptUnits]("victim units kept across cycles")
 
 
 def job_need(tx: Transaction, group: PodGroupState) -> Need | None:
@@ -492,17 +490,11 @@ def victim_groups(ctx: CycleContext) -> VictimGroups:
 def _units_of(tx: Transaction, group: PodGroupState, priority: int) -> list[VictimUnit]:
     """The group's victim units, cut once per cycle (they depend on the group alone:
     `priority` is its `group_priority`), and kept from cycle to cycle while the
-    group's state is the very same object (`KEPT_UNITS`, when the caller keeps them)."""
+    group's state is the very same object (`totals.KeptPerGroup`, when kept)."""
 
     def build() -> list[VictimUnit]:
-        kept = tx.memo.find(KEPT_UNITS, None)
-        found = kept.get(group.key) if kept is not None else None
-        if found is not None and found[0] is group:
-            return found[1]
-        units = victim_units(group, priority, started_at(group))
-        if kept is not None:
-            kept[group.key] = (group, units)
-        return units
+        cut = lambda: victim_units(group, priority, started_at(group))  # noqa: E731
+        return kept_per_group(tx.memo, VICTIM_UNITS, None, group, cut)
 
     return tx.memo.get(VICTIM_UNITS, group.key, build)
 

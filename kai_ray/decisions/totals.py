@@ -19,13 +19,14 @@ and a fresh one always agree. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from kai_ray.decisions.admission import TypedKey, is_preemptible, typed_gpus, typed_keys
 from kai_ray.decisions.ordering import group_priority
 from kai_ray.decisions.placement.mix import ClassCounts
-from kai_ray.decisions.victims import KeptUnits
+from kai_ray.decisions.transaction import CycleMemo, MemoKey
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.snapshot import Snapshot
@@ -33,6 +34,7 @@ from kai_ray.values.resources import GPU, Resources
 
 #: Every finite float is an integer number of 2**-1074 (the smallest subnormal).
 _SCALE = 1074
+T = TypeVar("T")
 Exact = dict[str, int]
 
 
@@ -80,6 +82,63 @@ class _Sum:
         self.count += sign
 
 
+class KeptPerGroup:
+    """Values derived from one group's state alone (its victim units, whether it may
+    be moved), kept from cycle to cycle while the cache keeps that state: a value is
+    used only for the very object it was derived from, and a group that changed or
+    went is dropped by `GroupTotals.update`."""
+
+    def __init__(self) -> None:
+        self._by_group: dict[str, dict[tuple[MemoKey[Any], Hashable], _Kept]] = {}
+
+    def get(
+        self, slot: MemoKey[T], argument: Hashable, group: PodGroupState, build: Callable[[], T]
+    ) -> T:
+        """The value under `slot` for `argument` (what else it depends on, such as a
+        setting) derived from `group`, built unless kept for this very object."""
+        kept = self._by_group.setdefault(group.key, {})
+        found = kept.get((slot, argument))
+        if found is not None and found.group is group:
+            value: T = found.value
+            return value
+        value = build()
+        kept[(slot, argument)] = _Kept(group, value)
+        return value
+
+    def entries(self, slot: MemoKey[T]) -> Iterator[tuple[str, PodGroupState, T]]:
+        """(group key, group, value) of every value kept under `slot`."""
+        for key, kept in self._by_group.items():
+            for (found_slot, _), entry in kept.items():
+                if found_slot is slot:
+                    yield key, entry.group, entry.value
+
+    def drop(self, key: str) -> None:
+        self._by_group.pop(key, None)
+
+
+@dataclass(frozen=True)
+class _Kept:
+    group: PodGroupState
+    value: Any
+
+
+#: The cycle's handle on the values kept per group (`CycleMemo` slot; absent when
+#: the caller keeps nothing from cycle to cycle).
+PER_GROUP = MemoKey[KeptPerGroup]("values kept per group")
+
+
+def kept_per_group(
+    memo: CycleMemo,
+    slot: MemoKey[T],
+    argument: Hashable,
+    group: PodGroupState,
+    build: Callable[[], T],
+) -> T:
+    """`KeptPerGroup.get` of the cycle's kept values, or `build()` when none are kept."""
+    kept = memo.find(PER_GROUP, None)
+    return build() if kept is None else kept.get(slot, argument, group, build)
+
+
 @dataclass
 class Held:
     """What the queues hold at the start of the cycle, rolled up to every ancestor."""
@@ -114,9 +173,9 @@ class GroupTotals:
         self._pods: Mapping[str, PodState] | None = None
         self._foreign: dict[str, PodState] = {}
         self._scheduler = ""
-        #: Victim units of groups whose state has not changed (`victims.KeptUnits`):
-        #: filled by the evicting actions, emptied of a group here when it changes.
-        self.victim_units: KeptUnits = {}
+        #: Values the actions derive from one group's state alone (`KeptPerGroup`),
+        #: dropped here when the group changes.
+        self.per_group = KeptPerGroup()
 
     def update(self, snapshot: Snapshot) -> GroupTotals:
         """Follow `snapshot`: the groups that changed since the last one are taken out
@@ -209,7 +268,7 @@ class GroupTotals:
         self._count(part, 1)
 
     def _drop(self, key: str) -> None:
-        self.victim_units.pop(key, None)
+        self.per_group.drop(key)
         part = self._parts.pop(key, None)
         if part is not None:
             self._count(part, -1)

@@ -84,13 +84,6 @@ class VictimUnit:
         return f"{what} {self.group.key}"
 
 
-#: Victim units kept from cycle to cycle (`totals.GroupTotals.victim_units`): by
-#: group key, the very group state they were cut from and its units. Units depend
-#: on the group alone, and the cache keeps a group's state while nothing of it
-#: changed, so units kept for the same object are the units it would be cut into.
-KeptUnits = dict[str, tuple[PodGroupState, list["VictimUnit"]]]
-
-
 @dataclass(frozen=True)
 class Need:
     """The job's missing pods as `count` copies of `vector`, on the `allowed` nodes."""

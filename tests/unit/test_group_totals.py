@@ -9,22 +9,27 @@ correctly rounded sums of the pods' requests (`math.fsum`, whatever the order).
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kai_ray.decisions.booking import held_ledger
+from kai_ray.decisions.consolidate import MOVABLE_FACTS, _movable_alone, _protection_end
 from kai_ray.decisions.cycle import run_cycle
+from kai_ray.decisions.eviction import VICTIM_UNITS
 from kai_ray.decisions.ordering import group_priority
 from kai_ray.decisions.runtime import started_at
 from kai_ray.decisions.totals import (
     GroupTotals,
+    KeptPerGroup,
     cluster_capacity,
     exact,
     leaf_requests,
     nearest,
 )
+from kai_ray.decisions.transaction import MemoKey
 from kai_ray.decisions.victims import victim_units
 from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, ClusterCache
 from kai_ray.state.snapshot import Snapshot
@@ -166,14 +171,15 @@ def _pending(index: int) -> dict[str, Any]:
 def test_victim_units_kept_across_cycles_are_those_their_group_is_cut_into(
     steps: list[tuple[Any, ...]],
 ) -> None:
-    """The evicting actions keep each group's victim units in `GroupTotals` while
-    the cache keeps the group's state: after any events, every kept entry is of the
-    snapshot's very group and equals the units cut afresh, and a cycle with them
-    decides as one without."""
+    """The actions keep values of each group (victim units; whether consolidation
+    may move it) in `GroupTotals` while the cache keeps the group's state: after
+    any events, every kept entry is of the snapshot's very group and equals the
+    value derived afresh, and a cycle with them decides as one without."""
     cache, clock = started()
     kept = GroupTotals()
     actions = {"spec": {"actions": ["allocate", "reclaim", "preempt", "consolidate"]}}
     config = SchedulerConfig.model_validate(actions)
+    context: Any = SimpleNamespace(config=config.spec)  # what the facts read of a cycle
     for cycle, step in enumerate(steps, start=1):
         apply(cache, clock, step)
         snapshot = cache.snapshot()
@@ -181,9 +187,12 @@ def test_victim_units_kept_across_cycles_are_those_their_group_is_cut_into(
         without = run_cycle(snapshot, config, cycle, 0.0)
         assert with_kept.plan.evictions == without.plan.evictions
         assert with_kept.plan.binds == without.plan.binds
-        for key, (group, units) in kept.victim_units.items():
+        for key, group, units in kept.per_group.entries(VICTIM_UNITS):
             assert snapshot.pod_groups.get(key) is group, key
             assert units == victim_units(group, group_priority(group), started_at(group))
+        for key, group, facts in kept.per_group.entries(MOVABLE_FACTS):
+            assert snapshot.pod_groups.get(key) is group, key
+            assert facts == (_movable_alone(context, group), _protection_end(context, group))
 
 
 def test_a_group_that_changed_is_cut_into_victim_units_afresh() -> None:
@@ -212,11 +221,36 @@ def test_a_group_that_changed_is_cut_into_victim_units_afresh() -> None:
     kept = GroupTotals()
     first = run_cycle(cache.snapshot(), config, 1, 0.0, totals=kept)
     assert [e.pod for e in first.plan.evictions] == ["default/a0-0"]
-    assert {"default/a0", "default/a1"} <= set(kept.victim_units)
+    assert {"default/a0", "default/a1"} <= {k for k, _, _ in kept.per_group.entries(VICTIM_UNITS)}
     cache.upsert(running("a0-0", "a0", "n0", "Succeeded"), POD)
     cache.upsert(running("a0-1", "a0", "n0"), POD)
     snapshot = cache.snapshot()
     second = run_cycle(snapshot, config, 2, 0.0, totals=kept)
     assert [e.pod for e in second.plan.evictions] == ["default/a0-1"]
     assert second.plan.evictions == run_cycle(snapshot, config, 2, 0.0).plan.evictions
-    assert kept.victim_units["default/a0"][0] is snapshot.pod_groups["default/a0"]
+    kept_a0 = [g for k, g, _ in kept.per_group.entries(VICTIM_UNITS) if k == "default/a0"]
+    assert kept_a0 == [snapshot.pod_groups["default/a0"]]
+    assert kept_a0[0] is snapshot.pod_groups["default/a0"]
+
+
+def test_a_value_kept_per_group_is_used_only_for_its_very_state_and_settings() -> None:
+    cache, _ = started()
+    cache.upsert(make_pod_group("g", "ns").queue("team-a").build(), POD_GROUP)
+    group = cache.snapshot().pod_groups["ns/g"]
+    slot = MemoKey[int]("a value")
+    kept, built = KeptPerGroup(), []
+
+    def build() -> int:
+        built.append(1)
+        return len(built)
+
+    assert kept.get(slot, "a", group, build) == 1
+    assert kept.get(slot, "a", group, build) == 1  # kept: the very same state
+    assert kept.get(slot, "b", group, build) == 2  # another setting
+    cache.upsert(make_pod_group("g", "ns").queue("team-a").min_member(2).build(), POD_GROUP)
+    changed = cache.snapshot().pod_groups["ns/g"]
+    assert changed is not group
+    assert kept.get(slot, "a", changed, build) == 3  # a new state of the group
+    kept.drop("ns/g")
+    assert kept.get(slot, "a", changed, build) == 4
+    assert [(k, v) for k, _, v in kept.entries(slot)] == [("ns/g", 4)]
