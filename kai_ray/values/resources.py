@@ -90,11 +90,12 @@ class Resources(Mapping[str, float]):
     Missing names are zero. Arithmetic returns new vectors; nothing mutates.
     """
 
-    __slots__ = ("_amounts",)
+    __slots__ = ("_amounts", "_hash")
 
     def __init__(self, amounts: Mapping[str, float] | None = None) -> None:
         cleaned = {canonical_name(k): float(v) for k, v in (amounts or {}).items()}
         self._amounts = {k: v for k, v in cleaned.items() if v != 0.0}
+        self._hash: int | None = None
 
     @classmethod
     def from_canonical(cls, amounts: dict[str, float]) -> Resources:
@@ -102,6 +103,7 @@ class Resources(Mapping[str, float]):
         vector's keys, say): skips canonicalising, the hot path of every sum."""
         vector = cls.__new__(cls)
         vector._amounts = {k: v for k, v in amounts.items() if v != 0.0}
+        vector._hash = None
         return vector
 
     @classmethod
@@ -145,7 +147,15 @@ class Resources(Mapping[str, float]):
         return isinstance(name, str) and canonical_name(name) in self._amounts
 
     def __hash__(self) -> int:
-        return hash(frozenset(self._amounts.items()))
+        """Worked out once (the vector never changes): vectors key many memos."""
+        if self._hash is None:
+            self._hash = hash(frozenset(self._amounts.items()))
+        return self._hash
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, float]]]:
+        """Pickled as its amounts alone: a string's hash, so the kept one, differs
+        from process to process (Ray's workers)."""
+        return Resources.from_canonical, (dict(self._amounts),)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Resources):

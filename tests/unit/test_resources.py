@@ -72,3 +72,30 @@ def test_parse_names_the_resource_in_the_field() -> None:
 )
 def test_format_amount(name: str, amount: float, text: str) -> None:
     assert format_amount(name, amount) == text
+
+
+def test_a_vector_sent_to_another_process_hashes_as_that_process_does() -> None:
+    """The hash is worked out once and kept; a string's hash differs from process to
+    process, so a pickled vector (Ray ships them) must not carry it along."""
+    import pickle
+    import subprocess
+    import sys
+
+    vector = Resources({"cpu": 1, "nvidia.com/gpu": 2})
+    hash(vector)  # kept now
+    script = (
+        "import pickle, sys\n"
+        "from kai_ray.values.resources import Resources\n"
+        "got = pickle.loads(sys.stdin.buffer.read())\n"
+        "fresh = Resources({'cpu': 1, 'nvidia.com/gpu': 2})\n"
+        "print({fresh: 'found'}.get(got, 'missing'))\n"
+    )
+    for seed in ("1", "2"):
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            input=pickle.dumps(vector),
+            capture_output=True,
+            env={"PYTHONHASHSEED": seed, "PATH": ""},
+            check=True,
+        )
+        assert done.stdout.decode().strip() == "found"
