@@ -162,7 +162,27 @@ def refusal(
 ) -> str | None:
     """Why the job may not be admitted now, or None when its queues can take it;
     `freed`: what the victims evicted for it give back (`freed_in_queues`). The
-    quota of non-preemptible work is judged without them: victims are preemptible."""
+    quota of non-preemptible work is judged without them: victims are preemptible.
+    With nothing freed, the answer reads only the holdings, the tree, the job's
+    queue and namespace, its request and whether it is preemptible: it is kept
+    until the holdings change (`QueueLedger.answer`)."""
+    if not freed:
+        key = (REFUSAL, group.queue, group.namespace, request, preemptible)
+        return ledger.answer(key, lambda: _refusal(ledger, group, request, preemptible, freed))
+    return _refusal(ledger, group, request, preemptible, freed)
+
+
+#: Names `refusal`'s answers among those the ledger keeps.
+REFUSAL = "admission refusal"
+
+
+def _refusal(
+    ledger: QueueLedger,
+    group: PodGroupState,
+    request: Resources,
+    preemptible: bool,
+    freed: Freed,
+) -> str | None:
     refused = namespace_refusal(ledger.tree[group.queue], group.namespace)
     refused = refused or limit_refusal(ledger, group.queue, request, freed)
     if refused is None and not preemptible:

@@ -7,11 +7,14 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from kai_ray.state.queues import QueueTree
 from kai_ray.values.resources import Resources
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -29,6 +32,22 @@ class QueueLedger:
     #: of one ledger mean equal holdings (what an action kept from an attempt is
     #: known to hold only while the ledger is at the same version).
     version: int = 0
+    #: Answers worked out from the holdings at `_answers_at` (`answer`).
+    _answers: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
+    _answers_at: int = field(default=-1, compare=False, repr=False)
+
+    def answer(self, key: Hashable, work_out: Callable[[], T]) -> T:
+        """What `work_out` gives, kept while the holdings stay as they are (the same
+        version): for a question of the holdings, the tree and what `key` names.
+        A deep backlog asks the same question (may this queue take one more GPU?)
+        thousands of times between two changes."""
+        if self._answers_at != self.version:
+            self._answers.clear()
+            self._answers_at = self.version
+        if key not in self._answers:
+            self._answers[key] = work_out()
+        found: T = self._answers[key]
+        return found
 
     def path(self, leaf: str) -> tuple[str, ...]:
         """The leaf and its ancestors, leaf first."""
