@@ -447,12 +447,15 @@ class Observer:
         queue_of = self.queue_of(gangs, pods)
         usage = oracle.node_usage(nodes.values(), pods)
         allocated = oracle.queue_allocations(pods, queue_of, self.queues)
-        held = oracle.admitted_room(self.admitted(now), members, now, self.holds_ended)
+        holders: dict[str, str] = {}
+        admitted = self.admitted(now)
+        held = oracle.admitted_room(admitted, members, now, self.holds_ended, holders)
         fitting = oracle.fit_pending(members, gangs, nodes, usage, self.queues, allocated, held)
         if held:
             anywhere = oracle.fit_pending(members, gangs, nodes, usage, self.queues, allocated)
             for gang in anywhere.keys() - fitting.keys():
-                first, _, held_then = self.fit_only_on_held.get(gang, (now, now, sorted(held)))
+                by = sorted({f"{node} by {holders[node]}" for node in held})
+                first, _, held_then = self.fit_only_on_held.get(gang, (now, now, by))
                 self.fit_only_on_held[gang] = (first, now, held_then)
         partial = oracle.partial_gangs(members, gangs, nodes)
         over = oracle.overcommitted(nodes.values(), usage)

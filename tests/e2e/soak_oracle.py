@@ -451,12 +451,14 @@ def admitted_room(
     gangs: Mapping[str, list[PodView]],
     now: float,
     ended: set[tuple[str, float]] | None = None,
+    holders: dict[str, str] | None = None,
 ) -> set[str]:
     """Nodes where the operator holds room for admitted workloads: gang -> (when
     its release was first seen, its admitted nodes); held while the gang has
     fewer pods than nodes, for `ADMITTED_HOLD_S` at most. As the operator's, a
     hold ends once for good: a release whose pods all existed once is put in
-    `ended` (when given) and not held again if some of its pods go."""
+    `ended` (when given) and not held again if some of its pods go. `holders`,
+    when given, gets each held node's gang and how many of its pods exist."""
     held: set[str] = set()
     for gang, (seen, nodes) in admitted.items():
         if ended is not None and (gang, seen) in ended:
@@ -466,6 +468,10 @@ def admitted_room(
                 ended.add((gang, seen))
         elif now - seen < ADMITTED_HOLD_S:
             held.update(nodes)
+            if holders is not None:
+                made = len(gangs.get(gang, ()))
+                for node in nodes:
+                    holders[node] = f"{gang} ({made} of {len(nodes)} pods, {now - seen:.0f}s)"
     return held
 
 

@@ -229,6 +229,9 @@ def test_room_held_for_an_admitted_workload_until_its_pods_exist_is_not_a_fit() 
         return sorted(oracle.fit_pending(gangs, groups, nodes, usage, QUEUES, allocated, held))
 
     assert fits(now=110.0) == []  # n1 is held for r's pods
+    holders: dict[str, str] = {}
+    assert oracle.admitted_room(admitted, gangs, 110.0, None, holders) == {"n1"}
+    assert holders == {"n1": "ns/raycluster-r (0 of 2 pods, 10s)"}
     assert fits(now=110.0, pods_made=2) == ["ns/a"]  # its pods exist: they hold their own room
     assert fits(now=100.0 + oracle.ADMITTED_HOLD_S) == ["ns/a"]  # the operator lets go in time
     # once all its pods existed, the hold is over for good, as the operator's is
