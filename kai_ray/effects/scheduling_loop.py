@@ -42,7 +42,7 @@ from kai_ray.effects.kube import (
 )
 from kai_ray.effects.metrics import process_metrics
 from kai_ray.effects.reporting import merge_condition, problems_condition
-from kai_ray.effects.status import pod_group_status, queue_statuses
+from kai_ray.effects.status import pod_group_status, queue_statuses, waits_for_its_pods
 from kai_ray.state.cache import POD, POD_GROUP, QUEUE, ClusterCache, object_key
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.heap import long_lived_heap, settle
@@ -562,6 +562,10 @@ class SchedulingLoop:
         self._written[(kind, key)] = body
         reason = str(body.get("reason") or "")
         if kind == POD_GROUP and reason and reason != before.get("reason"):
+            if waits_for_its_pods(reason):
+                # Released and waiting for its controller: normal, not a warning.
+                self.writer.record_event(ref, False, "WaitingForPods", reason)
+                return
             self.writer.record_event(ref, True, "Unschedulable", reason)
             # Its waiting pods are told too: `kubectl describe pod` is where a
             # person looks first, and a gated pod's own condition only says

@@ -51,6 +51,10 @@ NOMINATED_NODES = "nominatedNodes"
 #: Decimal places of a fractional amount, and of a usage fraction (persisted history).
 AMOUNT_DECIMALS = 3
 USAGE_DECIMALS = 9
+#: The reason while a released workload's controller has not created its pods yet.
+AWAITING_PODS = "waiting for its pods to be created"
+#: How the reasons of a gang that waits for its pods to exist begin (Grove's gates).
+_GATED = " of its pods held by scheduling gates "
 
 JsonObject = dict[str, Any]
 
@@ -134,8 +138,14 @@ def waiting_reason(
     if said:
         return said
     if facts.live == 0:
-        return "waiting for its pods to be created"
+        return AWAITING_PODS
     return kept
+
+
+def waits_for_its_pods(reason: str) -> bool:
+    """Whether a waiting reason is the normal wait for a controller to create (or
+    ungate) the gang's pods, not a refusal: its Event is Normal, not a Warning."""
+    return reason == AWAITING_PODS or _GATED in reason
 
 
 def _held_by_gates(group: PodGroupState) -> str:
@@ -145,7 +155,7 @@ def _held_by_gates(group: PodGroupState) -> str:
     if not held or len(group.pending) + len(group.bound) >= group.spec.minMember:
         return ""
     gates = sorted({g for pod in held for g in pod.scheduling_gates if g != ADMISSION_GATE})
-    return f"{len(held)} of its pods held by scheduling gates {', '.join(gates)}"
+    return f"{len(held)}{_GATED}{', '.join(gates)}"
 
 
 def nominated_nodes(planned: GroupStatus | None) -> list[str] | None:

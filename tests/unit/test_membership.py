@@ -273,7 +273,7 @@ def test_a_gang_whose_pods_grove_still_gates_waits_and_is_placed_once_the_gate_g
     """Grove gates a gang's pods until all exist: a pod held by another's gate cannot
     be bound, so it cannot make up the minimum; the PodGroup says which gate holds it."""
     from kai_ray.effects.scheduling_loop import pod_group_body
-    from kai_ray.effects.status import pod_group_status
+    from kai_ray.effects.status import pod_group_status, waits_for_its_pods
 
     cache = ClusterCache("kai-ray", lambda: 0.0, 30)
     cache.upsert(node("n1"))
@@ -306,6 +306,7 @@ def test_a_gang_whose_pods_grove_still_gates_waits_and_is_placed_once_the_gate_g
     assert status["conditions"][0]["message"] == (
         "1 of its pods held by scheduling gates grove.io/podgang-pending-creation"
     )
+    assert waits_for_its_pods(status["conditions"][0]["message"])  # a Normal Event
     members[0]["spec"]["schedulingGates"] = []
     cache.upsert(members[0])
     result = run_cycle(cache.snapshot(), SchedulerConfig(), 2, 0.0)

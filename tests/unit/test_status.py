@@ -22,6 +22,7 @@ from kai_ray.effects.status import (
     queue_status,
     queue_statuses,
     usage_amounts,
+    waits_for_its_pods,
 )
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.queues import build_queue_tree
@@ -217,6 +218,15 @@ def test_pod_group_status(case: GroupCase) -> None:
         assert (scheduled[0]["status"], scheduled[0]["reason"]) == case.scheduled
         assert scheduled[0]["message"] == (case.reason if case.scheduled[0] == "False" else "")
     assert_kept_by_the_api_server("PodGroup", merge_patch(case.status or {}, status))
+
+
+def test_only_a_refusal_is_told_as_a_warning() -> None:
+    """A released group whose pods are not made yet waits normally (a Normal Event);
+    a gang that does not fit is refused (a Warning)."""
+    made_yet = status_of(GroupCase([], reason="waiting for its pods to be created"))
+    assert waits_for_its_pods(made_yet["reason"])
+    assert not waits_for_its_pods(NO_ROOM)
+    assert not waits_for_its_pods("queue team-a is at its limit of nvidia.com/gpu 64")
 
 
 def test_the_valid_condition_is_kept_untouched() -> None:
