@@ -69,8 +69,8 @@ class ConsolidateAction:
     def run(self, ctx: CycleContext) -> None:
         if ctx.config.consolidationMaxJobs == 0 or ctx.config.placementStrategy == "spread":
             return
-        if not some_fit_in_total(ctx):
-            return  # every attempt would stop at `fits_in_total`, changing nothing
+        if not some_could_be_tried(ctx):
+            return  # every attempt would stop at admission or the total, changing nothing
         for group in in_turn(ctx):
             with ctx.transaction.attempt() as step:
                 moved = consolidation_for(ctx, group)
@@ -153,16 +153,26 @@ def _consolidation(ctx: CycleContext, group: PodGroupState) -> list[PodGroupStat
     return None
 
 
-def some_fit_in_total(ctx: CycleContext) -> bool:
-    """Whether some waiting gang's missing minimum fits the free room added up.
-    Without one, every attempt returns at `fits_in_total` with the transaction as
-    it was, so the next meets the same free room: on a full cluster the action is
-    skipped whole, the waiting gangs neither sorted nor judged one by one. The
-    waiting groups of the snapshot hold every gang it could try; each request is
-    judged once."""
-    tx = ctx.transaction
-    requests = {missing_request(tx, group) for group in ctx.snapshot.waiting_groups}
-    return any(fits_in_total(ctx, request) for request in requests)
+def some_could_be_tried(ctx: CycleContext) -> bool:
+    """Whether some waiting gang passes admission (`refusal`, nothing freed) and its
+    missing minimum fits the free room added up. Without one, every attempt returns
+    at those first tests with the transaction and the ledger as they were, so the
+    next meets the same: the action is skipped whole, the waiting gangs neither
+    sorted nor judged one by one (a full cluster; a flood of one queue at its
+    limit). The waiting groups of the snapshot hold every gang it could try; the
+    answer reads only a gang's queue, namespace, request and whether it is
+    preemptible, so each such combination is judged once."""
+    tx, ledger = ctx.transaction, ctx.ledger
+    asks: dict[tuple[str, str, Resources, bool], PodGroupState] = {}
+    for group in ctx.snapshot.waiting_groups:
+        preemptible = is_preemptible(group, group_priority(group))
+        asks.setdefault(
+            (group.queue, group.namespace, missing_request(tx, group), preemptible), group
+        )
+    return any(
+        fits_in_total(ctx, request) and not refusal(ledger, group, request, preemptible)
+        for (_, _, request, preemptible), group in asks.items()
+    )
 
 
 def fits_in_total(ctx: CycleContext, request: Resources) -> bool:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from kai_ray.decisions.fairness import limit_of as limit_of
 from kai_ray.decisions.fairness import quota_of as quota_of
 from kai_ray.decisions.ledger import QueueLedger
-from kai_ray.decisions.transaction import MemoKey, Transaction
+from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import total_requests
 from kai_ray.values.resources import EPSILON, Resources
@@ -80,14 +80,11 @@ def candidate_for(group: PodGroupState, tx: Transaction | None = None) -> Candid
     return Candidate(group, request, group_priority(group))
 
 
-#: Per group: what its missing minimum asks for (it depends on the snapshot alone).
-MISSING_REQUEST = MemoKey[Resources]("missing request")
-
-
 def missing_request(tx: Transaction, group: PodGroupState) -> Resources:
-    """What the group's missing minimum asks for, summed once per cycle: every
-    action that makes room asks it of every waiting gang."""
-    return tx.memo.get(MISSING_REQUEST, group.key, lambda: total_requests(group.missing))
+    """What the group's missing minimum asks for (`PodGroupState.missing_requests`,
+    summed once per group state): every action that makes room asks it of every
+    waiting gang, cycle after cycle."""
+    return group.missing_requests
 
 
 def waits(group: PodGroupState, tx: Transaction) -> bool:
@@ -166,6 +163,12 @@ class WaitingJobs:
             self._by_queue.setdefault(candidate.queue, []).append(candidate)
         for jobs in self._by_queue.values():
             jobs.sort(key=job_key)  # stable: as `add` one by one would leave them
+        #: Queues with a job left, and a new number for every `add`.
+        self._queues_left = len(self._by_queue)
+        self._adds = 0
+        #: The last job taken by `take_next` (its queue and request), with the ledger
+        #: version and the number of adds it was taken at (`again`).
+        self._last: tuple[str, Resources, int, int] | None = None
 
     def key_of(self, ledger: QueueLedger, name: str, request: Resources) -> tuple[object, ...]:
         """`queue_key`, worked out again only when the queue's holdings changed or it
@@ -178,14 +181,47 @@ class WaitingJobs:
         return kept.key(ledger, name, request)
 
     def add(self, candidate: Candidate) -> None:
-        bisect.insort(self._by_queue.setdefault(candidate.queue, []), candidate, key=job_key)
+        jobs = self._by_queue.setdefault(candidate.queue, [])
+        self._queues_left += not jobs
+        self._adds += 1
+        bisect.insort(jobs, candidate, key=job_key)
 
     def first(self, queue: str) -> Candidate | None:
         jobs = self._by_queue.get(queue)
         return jobs[0] if jobs else None
 
     def take(self, candidate: Candidate) -> None:
-        self._by_queue[candidate.queue].remove(candidate)
+        jobs = self._by_queue[candidate.queue]
+        jobs.remove(candidate)
+        self._queues_left -= not jobs
+
+    def again(self, ledger: QueueLedger) -> Candidate | None:
+        """The job `next_candidate` would pick, known without ordering the queues
+        again when the last job was taken from a queue that is now the only one with
+        jobs, or when nothing changed since (the same ledger version, no job added)
+        and the queue's next job asks what the last one did: every queue's key is
+        then as it was at that pick, so the same queue wins at every level (deep
+        backlogs are long runs of equal jobs, each refused or placed in turn). None
+        when it is not known."""
+        last = self._last
+        if last is None:
+            return None
+        queue, request, version, adds = last
+        jobs = self._by_queue.get(queue)
+        if not jobs:
+            return None
+        following = jobs[0]
+        if self._queues_left == 1:
+            return following  # the only queue left wins whatever its key
+        if version != ledger.version or adds != self._adds:
+            return None
+        if following.request is request or following.request == request:
+            return following
+        return None
+
+    def taken(self, ledger: QueueLedger, candidate: Candidate) -> None:
+        """Notes the job `take_next` took, for `again`."""
+        self._last = (candidate.queue, candidate.request, ledger.version, self._adds)
 
     def empty(self) -> bool:
         """True when no queue has a job left to try."""
@@ -225,10 +261,11 @@ def next_candidate(ledger: QueueLedger, waiting: WaitingJobs) -> Candidate | Non
 
 
 def take_next(ledger: QueueLedger, waiting: WaitingJobs) -> Candidate | None:
-    """`next_candidate`, taken out of `waiting`."""
-    candidate = next_candidate(ledger, waiting)
+    """`next_candidate`, taken out of `waiting` (`WaitingJobs.again` when it knows)."""
+    candidate = waiting.again(ledger) or next_candidate(ledger, waiting)
     if candidate is not None:
         waiting.take(candidate)
+        waiting.taken(ledger, candidate)
     return candidate
 
 

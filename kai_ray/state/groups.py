@@ -12,6 +12,7 @@ is neither placed, nor evicted, nor an anchor for its gang. Pure: no I/O.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -65,6 +66,8 @@ class PodGroupState:
     succeeded: tuple[PodState, ...] = field(init=False, repr=False, compare=False)
     #: The pending pods that would complete the minimum, as placement picks them.
     missing: tuple[PodState, ...] = field(init=False, repr=False, compare=False)
+    #: The leaf queue it names (`spec.queue`), read by every step that judges it.
+    queue: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         live = tuple(pod for pod in self.pods if not pod.terminal)
@@ -80,10 +83,14 @@ class PodGroupState:
         object.__setattr__(self, "succeeded", succeeded)
         short = max(self.spec.minMember - len(bound) - len(succeeded), 0)
         object.__setattr__(self, "missing", pending[:short])
+        object.__setattr__(self, "queue", self.spec.queue)
 
-    @property
-    def queue(self) -> str:
-        return self.spec.queue
+    @functools.cached_property
+    def missing_requests(self) -> Resources:
+        """What the missing minimum asks for (`missing`'s requests added up), summed
+        once per state: a waiting gang is asked it by every action of every cycle
+        while it waits unchanged."""
+        return total_requests(self.missing)
 
     def ref(self) -> ObjectRef:
         return ObjectRef(POD_GROUP, self.name, self.namespace)

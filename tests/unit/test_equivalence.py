@@ -9,7 +9,10 @@ drawn from a small palette of shapes so that equivalent gangs abound):
 - `eviction.running_units` over the per-queue index of victim groups (plain:
   every group of the snapshot looked at for every waiting job);
 - `WaitingJobs.key_of`, a queue's order key kept per request while its holdings
-  are the same object (plain: `queue_key` worked out at every pick);
+  are the same object (plain: `queue_key` worked out at every pick), and
+  `WaitingJobs.again`: the next job known without ordering the queues when its
+  queue is the only one left, or when nothing changed since the last pick and it
+  asks what the last job did (plain: the queues ordered at every pick);
 - `eviction.Refusals`: reclaim and preempt answer a job equal to one they were
   refused for at the same transaction and ledger versions without a second
   search (plain: every job is tried);
@@ -40,11 +43,11 @@ drawn from a small palette of shapes so that equivalent gangs abound):
   moved pods outnumber, for some resource and size, what the nodes' room could
   hold counted node by node (plain: the move is tried, and fails);
 - `preempt.victims_below_anyone`, `reclaim.anyone_within_share`,
-  `consolidate.some_fit_in_total`: an action is skipped whole when every attempt
+  `consolidate.some_could_be_tried`: an action is skipped whole when every attempt
   would stop at its first test at the state it starts from (no possible victim of
   lower priority in any waiting gang's queue; no queue within its fair share with
-  its gang added; no gang fitting the free room added up) (plain: every waiting
-  gang tried).
+  its gang added; no gang that passes admission and fits the free room added up)
+  (plain: every waiting gang tried).
 The plain path is the same cycle with the shortcut switched off; the two plans
 must be equal field by field, statuses and reasons included.
 """
@@ -145,15 +148,19 @@ def fragmented_clusters(draw: st.DrawFn) -> ClusterObjects:
     """Nodes of 8 GPUs, each partly used by preemptible Jobs' pods of 1, 2 or 4
     GPUs (their controller makes them again), and a backlog of gangs of 4- and
     8-GPU pods that fit the free GPUs added up but seldom on the nodes as they
-    are: consolidation moves running pods, often several times in one cycle."""
+    are: consolidation moves running pods, often several times in one cycle. Some
+    queues have a limit and some gangs are not preemptible, so that some (at
+    times every) waiting gang stops at admission."""
     node_count = draw(st.integers(3, 10))
     nodes = [
         make_node(f"n{i}").gpus(8).in_domains(rack=f"r{i % 2}").build() for i in range(node_count)
     ]
     queues = [make_queue("root").build()]
-    queues += [
-        make_queue(t).parent("root").gpu(quota=draw(st.integers(4, 24))).build() for t in TEAMS
-    ]
+    for team in TEAMS:
+        # Some queues at or near a limit: their gangs stop at admission.
+        quota = draw(st.integers(4, 24))
+        limit = draw(st.one_of(st.none(), st.integers(quota, quota + 8)))
+        queues.append(make_queue(team).parent("root").gpu(quota=quota, limit=limit).build())
     pods: list[dict[str, Any]] = []
     groups: list[dict[str, Any]] = []
     for i, node in enumerate(nodes):
@@ -174,6 +181,8 @@ def fragmented_clusters(draw: st.DrawFn) -> ClusterObjects:
         group = make_pod_group(name).queue(draw(st.sampled_from(TEAMS))).min_member(size)
         if draw(st.booleans()):
             group = group.topology("dc", required="rack")
+        if draw(st.integers(0, 3)) == 0:
+            group = group.priority_class("build")  # not preemptible: only within quota
         groups.append(group.created(100 + draw(st.integers(0, 3))).build())
         for k in range(size):
             pods.append(make_pod(f"{name}-{k}").gpus(gpus).group(name).build())
@@ -245,12 +254,13 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
         "key_of",
         lambda waiting, ledger, name, request: queue_key(ledger, name, request),
     ),
+    (WaitingJobs, "again", lambda waiting, ledger: None),
     (eviction, "refusal_key", lambda ctx, candidate: None),
     (FairShareBudget, "refuses_every", lambda budget, units: False),
     (consolidate, "total_free", consolidate.summed_free),
     (preempt, "victims_below_anyone", _always),
     (reclaim, "anyone_within_share", _always),
-    (consolidate, "some_fit_in_total", _always),
+    (consolidate, "some_could_be_tried", _always),
     (consolidate, "_movable_memo", consolidate._movable_gangs),
     (consolidate, "_attempt_key", lambda ctx, group: None),
     (eviction, "no_domain_could_hold", lambda ctx, group, units, new_budget: False),
