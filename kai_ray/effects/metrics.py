@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -149,6 +149,20 @@ class SchedulerMetrics:
             buckets=CYCLE_BUCKETS,
             registry=registry,
         )
+        self.step_seconds = Histogram(
+            f"{PREFIX}_cycle_step_duration_seconds",
+            "Time one step of the operator's cycle took: podgroups, snapshot, decide, "
+            "bind, status.",
+            ["step"],
+            buckets=CYCLE_BUCKETS,
+            registry=registry,
+        )
+        self.full_collection_seconds = Histogram(
+            f"{PREFIX}_full_collection_duration_seconds",
+            "Time a full collection of reference cycles took between two cycles.",
+            buckets=CYCLE_BUCKETS,
+            registry=registry,
+        )
         self.cycles = Counter(f"{PREFIX}_cycles", "Scheduling cycles run.", registry=registry)
         self.last_cycle = Gauge(
             f"{PREFIX}_last_cycle_timestamp_seconds",
@@ -190,13 +204,17 @@ class SchedulerMetrics:
         *,
         now: float | None = None,
         action_seconds: Mapping[str, float] | None = None,
+        step_seconds: Sequence[tuple[str, float]] = (),
     ) -> None:
         """Everything one cycle changed. `now` (Unix time) stamps the last cycle;
-        `action_seconds` (per action name) when the cycle measured its actions."""
+        `action_seconds` (per action name) when the cycle measured its actions;
+        `step_seconds` (step, seconds) the operator's steps."""
         self.cycles.inc()
         self.cycle_seconds.observe(seconds)
         for action, spent in (action_seconds or {}).items():
             self.action_seconds.labels(action).observe(spent)
+        for step, spent in step_seconds:
+            self.step_seconds.labels(step).observe(spent)
         if now is None:
             self.last_cycle.set_to_current_time()
         else:

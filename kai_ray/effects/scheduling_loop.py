@@ -97,7 +97,7 @@ class LoopOptions:
     #: `kubectl get podgroups` a second late is as good.
     status_settle_s: float = 1.0
     #: Between two cycles, at least this often (and whenever the objects kept grew
-    #: by a quarter), a full collection of reference cycles (`heap.Settler`).
+    #: by half), a full collection of reference cycles (`heap.Settler`).
     full_collection_every_s: float = 600.0
 
 
@@ -341,6 +341,7 @@ class SchedulingLoop:
         """What outlived the cycle out of the collector's sight (`heap.Settler`)."""
         took = settler.after_cycle()
         if took is not None:
+            self.metrics.full_collection_seconds.observe(took)
             LOG.info(
                 "full collection between cycles %d and %d: %.3fs, %d objects kept",
                 self.cycles,
@@ -399,7 +400,9 @@ class SchedulingLoop:
         steps.lap("status")
         self.last_result = result
         self.last_cycle_s = steps.total()
-        self.metrics.record_cycle(snapshot, result, report, self.last_cycle_s, True, now=now)
+        self.metrics.record_cycle(
+            snapshot, result, report, self.last_cycle_s, True, now=now, step_seconds=steps.laps
+        )
         if result.plan.binds or result.plan.evictions or self.last_cycle_s > 1.0:
             LOG.info(
                 "[cycle %d] %d bound, %d binding in the back, %d evicted, %d admitted, "

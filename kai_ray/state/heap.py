@@ -56,7 +56,7 @@ class Settler:
     def __init__(
         self,
         every_s: float = 600.0,
-        growth: float = 0.25,
+        growth: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.every_s, self.growth, self.clock = every_s, growth, clock
