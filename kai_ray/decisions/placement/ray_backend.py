@@ -47,6 +47,16 @@ def connect(address: str | None) -> Any:
     return ray
 
 
+def disconnect() -> None:
+    """Stop this process's Ray (a local cluster it started goes with it)."""
+    import ray
+
+    with _lock:
+        _remote.clear()
+        if ray.is_initialized():
+            ray.shutdown()
+
+
 def _init_keeping_sigterm(ray: Any, address: str | None) -> None:
     """`ray.init` in this thread, then the caller's SIGTERM handler put back.
 
