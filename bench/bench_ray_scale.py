@@ -11,7 +11,8 @@ alternately, `--cycles` times each; every plan must equal the first local one (t
 script stops otherwise). `ray.init` is timed apart, before the first Ray cycle: it
 is paid once per process. Prints one JSON object: snapshot build, each cycle's wall
 time per backend, the ratio Ray / local (best of each, and of the last cycle),
-ray.init, peak RSS of this process and of the Ray workers, the machine.
+ray.init, the room queries of each cycle (count, seconds in `domain_room`), peak RSS
+of this process and of the Ray workers, the machine.
 `--profile FILE` instead runs one local cycle under cProfile and writes the stats
 there (and prints where the cycle's time goes). Not a test: it asserts only that
 the plans agree, and prints figures.
@@ -54,10 +55,32 @@ def config(mode: str) -> SchedulerConfig:
     return SchedulerConfig.model_validate({"spec": {"rayBackend": {"mode": mode}}})
 
 
-def cycle(snapshot: Snapshot, mode: str, number: int) -> tuple[CycleResult, float]:
+#: Per backend name: room queries answered, and seconds spent answering them.
+ROOM_TIME: dict[str, list[float]] = {}
+
+
+def timing_room(backend: type[Any]) -> None:
+    """Count `domain_room`'s calls and time on `backend` (a class), per cycle."""
+    answer = backend.domain_room
+
+    def timed(self: Any, tx: Any, query: Any) -> Any:
+        start = time.perf_counter()
+        result = answer(self, tx, query)
+        spent = ROOM_TIME.setdefault(self.name, [0, 0.0])
+        spent[0] += 1
+        spent[1] += time.perf_counter() - start
+        return result
+
+    backend.domain_room = timed
+
+
+def cycle(snapshot: Snapshot, mode: str, number: int) -> tuple[CycleResult, float, list[float]]:
+    ROOM_TIME.clear()
     start = time.perf_counter()
     result = run_cycle(snapshot, config(mode), number, SIM_EPOCH_S)
-    return result, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    room = next(iter(ROOM_TIME.values()), [0, 0.0])
+    return result, seconds, [int(room[0]), round(room[1], 2)]
 
 
 def same_plan(a: CycleResult, b: CycleResult) -> bool:
@@ -135,13 +158,18 @@ def main() -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     from kai_ray.decisions.placement import ray_backend
+    from kai_ray.decisions.placement.backend import LocalBackend
 
+    timing_room(LocalBackend)
+    timing_room(ray_backend.RayPlacementBackend)
+    rooms: dict[str, list[list[float]]] = {"local": [], "ray": []}
     reference: CycleResult | None = None
     local: list[float] = []
     ray: list[float] = []
     try:
         for number in range(args.cycles):
-            result, seconds = cycle(snapshot, "never", 2 * number + 1)
+            result, seconds, room = cycle(snapshot, "never", 2 * number + 1)
+            rooms["local"].append(room)
             reference = reference or result
             assert same_plan(result, reference), "local plans differ between cycles"
             local.append(round(seconds, 2))
@@ -149,7 +177,8 @@ def main() -> None:
                 began = time.perf_counter()
                 ray_backend.connect(None)
                 figures["ray_init_s"] = round(time.perf_counter() - began, 2)
-            result, seconds = cycle(snapshot, "always", 2 * number + 2)
+            result, seconds, room = cycle(snapshot, "always", 2 * number + 2)
+            rooms["ray"].append(room)
             assert same_plan(result, reference), "the Ray plan differs from the local plan"
             ray.append(round(seconds, 2))
         figures["ray_worker_peak_rss_mib"] = ray_worker_peak_rss_mib()
@@ -160,6 +189,7 @@ def main() -> None:
     figures["plans_identical"] = True
     figures["local_cycle_s"] = local
     figures["ray_cycle_s"] = ray
+    figures["room_queries_and_s"] = rooms
     figures["ratio_best"] = round(min(ray) / min(local), 3)
     figures["ratio_last"] = round(ray[-1] / local[-1], 3)
     figures["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
