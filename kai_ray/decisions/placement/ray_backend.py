@@ -48,19 +48,29 @@ _tokens = itertools.count(1)
 
 def connect(address: str | None) -> Any:
     """The `ray` module, initialised once per process (joined, or a local cluster),
-    and the shard actors started."""
+    and the shard actors started (again when Ray was shut down and started since)."""
     import ray
 
     with _lock:
         if not ray.is_initialized():
             _init_keeping_sigterm(ray, address)
+        session = _session(ray)
+        if _actors and _Pool.session != session:
+            _actors.clear()
         if not _actors:
             actor = ray.remote(num_cpus=1)(Shard)
             count = _shard_count(ray, address)
             _actors.extend(
                 actor.options(scheduling_strategy="SPREAD").remote() for _ in range(count)
             )
+            _Pool.session, _Pool.loaded = session, 0
     return ray
+
+
+def _session(ray: Any) -> tuple[str, str]:
+    """This connection to Ray: a new local cluster has a new node, a new join a new job."""
+    context = ray.get_runtime_context()
+    return (context.get_node_id(), context.get_job_id())
 
 
 def _shard_count(ray: Any, address: str | None) -> int:
@@ -192,9 +202,11 @@ def shard_of_nodes(tx: Transaction, shards: int) -> npt.NDArray[np.intp]:
 
 
 class _Pool:
-    """Which transaction the actors hold (one at a time per process)."""
+    """Which transaction the actors hold (one at a time per process), and which
+    connection to Ray they were started on."""
 
     loaded = 0
+    session: tuple[str, str] = ("", "")
 
 
 class RayPlacementBackend:
