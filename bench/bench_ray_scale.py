@@ -9,10 +9,11 @@ rack, and `--singles` single-GPU pods, in one queue, interleaved by age. Each
 on the same snapshot with `rayBackend.mode: never` (local) and `always` (Ray),
 alternately, `--cycles` times each; every plan must equal the first local one (the
 script stops otherwise). `ray.init` is timed apart, before the first Ray cycle: it
-is paid once per process. Prints one JSON object: snapshot build, each cycle's wall
-time per backend, the ratio Ray / local (best of each, and of the last cycle),
-ray.init, the room queries of each cycle (count, seconds in `domain_room`), peak RSS
-of this process and of the Ray workers, the machine.
+is paid once per process (the shard actors start during the first Ray cycle). Prints
+one JSON object: snapshot build, each cycle's wall time per backend, the ratio Ray /
+local (best of each, and of the last cycle), ray.init, the room queries of each cycle
+(count, seconds in `domain_room`), what each shard's actor was loaded with (MiB),
+peak RSS of this process and of the Ray workers, the machine.
 `--profile FILE` instead runs one local cycle under cProfile and writes the stats
 there (and prints where the cycle's time goes). Not a test: it asserts only that
 the plans agree, and prints figures.
@@ -57,6 +58,8 @@ def config(mode: str) -> SchedulerConfig:
 
 #: Per backend name: room queries answered, and seconds spent answering them.
 ROOM_TIME: dict[str, list[float]] = {}
+#: What the Ray backend loaded each shard's actor with, in bytes (the last cycle's).
+SHARD_BYTES: list[int] = []
 
 
 def timing_room(backend: type[Any]) -> None:
@@ -66,6 +69,8 @@ def timing_room(backend: type[Any]) -> None:
     def timed(self: Any, tx: Any, query: Any) -> Any:
         start = time.perf_counter()
         result = answer(self, tx, query)
+        if hasattr(self, "shard_bytes"):
+            SHARD_BYTES[:] = self.shard_bytes
         spent = ROOM_TIME.setdefault(self.name, [0, 0.0])
         spent[0] += 1
         spent[1] += time.perf_counter() - start
@@ -108,7 +113,7 @@ def machine() -> dict[str, Any]:
 
 
 def ray_worker_peak_rss_mib() -> dict[str, float]:
-    """Peak RSS (VmHWM) of this user's Ray worker processes, by pid, from /proc."""
+    """Peak RSS (VmHWM) of the Ray worker processes, by name and pid, from /proc."""
     peaks: dict[str, float] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -124,7 +129,7 @@ def ray_worker_peak_rss_mib() -> dict[str, float]:
             continue
         for line in status.splitlines():
             if line.startswith("VmHWM:"):
-                peaks[entry.name] = round(int(line.split()[1]) / 1024, 1)
+                peaks[f"{command.split()[0]} {entry.name}"] = round(int(line.split()[1]) / 1024, 1)
     return peaks
 
 
@@ -190,6 +195,7 @@ def main() -> None:
     figures["local_cycle_s"] = local
     figures["ray_cycle_s"] = ray
     figures["room_queries_and_s"] = rooms
+    figures["shard_loaded_mib"] = [round(b / 2**20, 1) for b in SHARD_BYTES]
     figures["ratio_best"] = round(min(ray) / min(local), 3)
     figures["ratio_last"] = round(ray[-1] / local[-1], 3)
     figures["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)

@@ -224,6 +224,8 @@ class RayPlacementBackend:
         self._position = np.zeros(len(owner), dtype=np.intp)
         for members in self._members:
             self._position[members] = np.arange(len(members), dtype=np.intp)
+        #: Bytes each actor was last loaded with (its rows and its nodes' domains).
+        self.shard_bytes: list[int] = []
         #: Node sets the actors have, by the identity of the query's array (kept, so
         #: the identity is not reused): the array, its number and its per-shard positions.
         self._node_sets: dict[int, tuple[Indices, int, list[Indices]]] = {}
@@ -276,6 +278,7 @@ class RayPlacementBackend:
         self._token = next(_tokens)
         self._seen = len(tx.changed_nodes)
         self._node_sets = {}
+        self.shard_bytes = []
         levels = [
             ((name, index), level.node_domain, len(level.domains))
             for name, tree in tx.snapshot.topologies.items()
@@ -289,6 +292,9 @@ class RayPlacementBackend:
                 tx.whole_free[members],
             )
             actor.load.remote(self._token, state)
+            arrays = [state.free, state.devices, state.whole_free]
+            arrays += [domain for domain, _ in state.levels.values()]
+            self.shard_bytes.append(sum(a.nbytes for a in arrays))
         _Pool.loaded = self._token
 
     def _node_set(self, nodes: Indices) -> tuple[int, list[Indices], bool, bool]:
