@@ -12,7 +12,8 @@ script stops otherwise). `ray.init` is timed apart, before the first Ray cycle: 
 is paid once per process (the shard actors start during the first Ray cycle). Prints
 one JSON object: snapshot build, each cycle's wall time per backend, the ratio Ray /
 local (best of each, and of the last cycle), ray.init, the room queries of each cycle
-(count, seconds in `domain_room`), what each shard's actor was loaded with (MiB),
+(count, seconds in `domain_room`), what each shard's actor was loaded with (MiB), a
+round trip to the shard actors with nothing to compute (ms),
 peak RSS of this process and of the Ray workers, the machine.
 `--profile FILE` instead runs one local cycle under cProfile and writes the stats
 there (and prints where the cycle's time goes). Not a test: it asserts only that
@@ -133,6 +134,18 @@ def ray_worker_peak_rss_mib() -> dict[str, float]:
     return peaks
 
 
+def round_trip_ms(ray: Any, actors: list[Any], calls: int = 500) -> dict[str, float]:
+    """One call answered by one shard actor, and by every one at once (nothing to compute)."""
+    ray.get([actor.holds.remote() for actor in actors])
+    figures = {}
+    for label, asked in (("one_actor", actors[:1]), ("all_actors", actors)):
+        start = time.perf_counter()
+        for _ in range(calls):
+            ray.get([actor.holds.remote() for actor in asked])
+        figures[label] = round((time.perf_counter() - start) / calls * 1e3, 2)
+    return figures
+
+
 def profile(snapshot: Snapshot, path: str) -> None:
     profiler = cProfile.Profile()
     profiler.enable()
@@ -186,6 +199,9 @@ def main() -> None:
             rooms["ray"].append(room)
             assert same_plan(result, reference), "the Ray plan differs from the local plan"
             ray.append(round(seconds, 2))
+        figures["ray_round_trip_ms"] = round_trip_ms(
+            ray_backend.connect(None), ray_backend.actors()
+        )
         figures["ray_worker_peak_rss_mib"] = ray_worker_peak_rss_mib()
     finally:
         ray_backend.disconnect()

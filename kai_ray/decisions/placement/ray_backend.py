@@ -67,6 +67,11 @@ def connect(address: str | None) -> Any:
     return ray
 
 
+def actors() -> list[Any]:
+    """The shard actors of this process (none before `connect`)."""
+    return list(_actors)
+
+
 def _session(ray: Any) -> tuple[str, str]:
     """This connection to Ray: a new local cluster has a new node, a new join a new job."""
     context = ray.get_runtime_context()
@@ -141,6 +146,10 @@ class Shard:
         self.state: ShardState | None = None
         #: Node sets of queries by number, as positions in the shard.
         self.node_sets: dict[int, Indices] = {}
+
+    def holds(self) -> int:
+        """The transaction the shard holds (0: none yet)."""
+        return self.token
 
     def load(self, token: int, state: ShardState) -> None:
         """Hold a transaction's rows (copied: what Ray hands over is read-only)."""
