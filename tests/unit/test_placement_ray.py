@@ -129,6 +129,18 @@ def test_shards_hold_whole_domains_of_the_widest_level() -> None:
     assert abs(int(sizes[0]) - int(sizes[1])) <= np.bincount(node_domain).max()
 
 
+def test_one_zone_is_sharded_by_its_racks() -> None:
+    nodes = [
+        make_node(f"n{i}").gpus(8).in_domains(zone="z", rack=f"r{i % 3}").build() for i in range(9)
+    ]
+    topology = make_topology("dc").level("zone").level("rack").hostname().build()
+    snapshot = cluster(nodes, [], [], [topology])
+    owner = shard_of_nodes(Transaction(snapshot), 2)
+    racks = snapshot.topologies["dc"].levels[1].node_domain
+    assert all(len(set(owner[racks == rack].tolist())) == 1 for rack in range(3))
+    assert sorted(np.bincount(owner, minlength=2).tolist()) == [3, 6]
+
+
 @pytest.mark.parametrize(
     ("mode", "nodes", "expected"),
     [

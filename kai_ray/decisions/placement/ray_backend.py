@@ -2,8 +2,8 @@
 
 The only module that imports Ray, and only inside functions, so a small
 cluster never loads it. The nodes are split into shards of whole topology
-domains (the widest level of the first Topology, largest domains first onto
-the emptiest shard). One actor per shard lives as long as the process's Ray
+domains (the first Topology's widest level with a domain per shard, largest
+domains first onto the emptiest shard). One actor per shard lives as long as the process's Ray
 connection. Per transaction (one per cycle) each actor is loaded once with its
 nodes' domain at every level and their free rows; after that a query sends
 only what changed (the rows of the nodes the transaction placed on, evicted
@@ -37,6 +37,8 @@ from kai_ray.decisions.transaction import LevelKey, Transaction
 
 #: Shards (actors) on the local cluster: one per CPU it is started with.
 SHARDS = 2
+#: At most this many shards on a cluster joined (one per CPU up to it).
+MAX_SHARDS = 32
 #: Node sets the actors keep per transaction before they are told to forget them all.
 NODE_SETS = 256
 Matrix = npt.NDArray[np.float64]
@@ -79,10 +81,10 @@ def _session(ray: Any) -> tuple[str, str]:
 
 
 def _shard_count(ray: Any, address: str | None) -> int:
-    """One shard per CPU: the local cluster's, or every CPU of the cluster joined."""
+    """One shard per CPU: the local cluster's, or the cluster's joined (up to `MAX_SHARDS`)."""
     if not address:
         return SHARDS
-    return max(int(ray.cluster_resources().get("CPU", 1)), 1)
+    return min(max(int(ray.cluster_resources().get("CPU", 1)), 1), MAX_SHARDS)
 
 
 def disconnect() -> None:
@@ -189,17 +191,20 @@ class Shard:
 
 
 def shard_of_nodes(tx: Transaction, shards: int) -> npt.NDArray[np.intp]:
-    """The shard of every node: whole domains of the widest level of the first Topology,
-    the largest first onto the shard with the fewest nodes; nodes in no such domain
-    (or with no Topology) in turn."""
+    """The shard of every node: whole domains of the first Topology's widest level
+    with at least a domain per shard (else its narrowest), the largest first onto
+    the shard with the fewest nodes; nodes in no such domain (or with no Topology)
+    in turn."""
     count = len(tx.snapshot.node_names)
     owner = np.arange(count, dtype=np.intp) % shards
     trees = list(tx.snapshot.topologies.values())
     if not trees or not trees[0].levels:
         return owner
-    node_domain = trees[0].levels[0].node_domain
+    levels = trees[0].levels
+    level = next((lv for lv in levels if len(lv.domains) >= shards), levels[-1])
+    node_domain = level.node_domain
     inside = node_domain >= 0
-    sizes = np.bincount(node_domain[inside], minlength=len(trees[0].levels[0].domains))
+    sizes = np.bincount(node_domain[inside], minlength=len(level.domains))
     load = np.zeros(shards, dtype=np.int64)
     shard_of_domain = np.zeros(len(sizes), dtype=np.intp)
     for domain in np.argsort(-sizes, kind="stable"):
