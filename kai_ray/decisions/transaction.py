@@ -124,6 +124,9 @@ class Transaction:
         self.removed: dict[str, Placement] = {}
         self.memo = CycleMemo()
         self._domain_free: dict[LevelKey, Matrix] = {}
+        #: Every node whose free row or devices changed (a placement, a removal, a
+        #: rollback), in order; it only grows: a reader keeps how far it has read.
+        self.changed_nodes: list[int] = []
         self._undo: list[_Undo] = []
         self._committed = 0
         #: DRA: devices placements took and removals freed, and the claims allocated
@@ -294,6 +297,7 @@ class Transaction:
         return sums
 
     def _node_changed(self, node: int, delta: Matrix) -> None:
+        self.changed_nodes.append(node)
         self.whole_free[node] = np.count_nonzero(self.devices[node] >= 1.0 - EPSILON)
         for (topology, level), sums in self._domain_free.items():
             domain = self.snapshot.topologies[topology].levels[level].node_domain[node]

@@ -74,7 +74,11 @@ class RayBackend(ApiModel):
     """When the placement module fans candidates out to Ray workers."""
 
     mode: Literal["auto", "always", "never"] = "auto"
-    minNodes: int = Field(default=2000, ge=1, description="In auto mode, use Ray from this size.")
+    minNodes: int = Field(
+        default=2000,
+        ge=1,
+        description="In auto mode, use a joined Ray cluster (address) from this size.",
+    )
     address: str | None = Field(
         default=None, description="Join this Ray cluster; unset starts one."
     )

@@ -11,11 +11,14 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
 from kai_ray.decisions.placement import place_extras, place_gang
-from kai_ray.decisions.placement.backend import LocalBackend
+from kai_ray.decisions.placement.backend import LocalBackend, RoomQuery
 from kai_ray.decisions.placement.backend_choice import backend_for, use_ray
+from kai_ray.decisions.placement.ray_backend import RayPlacementBackend, shard_of_nodes
+from kai_ray.decisions.placement.shapes import shape_of
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.config import RayBackend, SchedulerConfigSpec
@@ -33,6 +36,18 @@ def local_ray() -> Iterator[None]:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
+
+
+def rooms(tx: Transaction, backends: list[Any]) -> list[list[list[int]]]:
+    """Every backend's room, per pending pod's shape, on all nodes at every level."""
+    levels = tuple(("dc", i) for i in range(len(tx.snapshot.topologies["dc"].levels)))
+    nodes = np.arange(len(tx.snapshot.node_names), dtype=np.intp)
+    shapes = {p.requests: shape_of(tx, p) for p in tx.snapshot.pending_pods}.values()
+    answers = []
+    for backend in backends:
+        answer = [backend.domain_room(tx, RoomQuery(s, nodes, levels)) for s in shapes]
+        answers.append([[int(n) for level in a for n in level] for a in answer])
+    return answers
 
 
 def generated(seed: int) -> Snapshot:
@@ -82,17 +97,69 @@ def test_ray_and_local_backends_return_identical_plans(local_ray: None, seed: in
     assert plan(snapshot, "always") == plan(snapshot, "never")
 
 
+def test_ray_room_follows_placements_rollbacks_and_another_transaction(local_ray: None) -> None:
+    snapshot = generated(7)
+    tx, other = Transaction(snapshot), Transaction(snapshot)
+    backend, local = RayPlacementBackend(tx, None), LocalBackend()
+    before = rooms(tx, [backend, local])
+    assert before[0] == before[1]
+    config = SchedulerConfigSpec(rayBackend=RayBackend(mode="never"))
+    ordered = sorted(snapshot.pod_groups.values(), key=lambda g: g.creation_timestamp)
+    mark = tx.checkpoint()
+    assert any([place_gang(tx, group, config).admitted for group in ordered[:6]])
+    placed = rooms(tx, [backend, local])  # the actors get the placed rows only
+    assert placed[0] == placed[1] != before[1]
+    tx.rollback(mark)  # and then the rows put back
+    assert rooms(tx, [backend, local]) == [before[1], before[1]]
+    assert any([place_gang(tx, group, config).admitted for group in ordered])
+    other_backend = RayPlacementBackend(other, None)  # the actors now hold `other`
+    assert rooms(other, [other_backend]) == [before[1]]
+    again = rooms(tx, [backend, local])  # so they are loaded with `tx` again
+    assert again[0] == again[1] != before[1]
+
+
+def test_shards_hold_whole_domains_of_the_widest_level() -> None:
+    snapshot = generated(3)
+    owner = shard_of_nodes(Transaction(snapshot), 2)
+    node_domain = snapshot.topologies["dc"].levels[0].node_domain
+    assert np.all(node_domain >= 0)
+    for domain in range(len(snapshot.topologies["dc"].levels[0].domains)):
+        assert len(set(owner[node_domain == domain].tolist())) == 1
+    sizes = np.bincount(owner, minlength=2)
+    assert abs(int(sizes[0]) - int(sizes[1])) <= np.bincount(node_domain).max()
+
+
+def test_one_zone_is_sharded_by_its_racks() -> None:
+    nodes = [
+        make_node(f"n{i}").gpus(8).in_domains(zone="z", rack=f"r{i % 3}").build() for i in range(9)
+    ]
+    topology = make_topology("dc").level("zone").level("rack").hostname().build()
+    snapshot = cluster(nodes, [], [], [topology])
+    owner = shard_of_nodes(Transaction(snapshot), 2)
+    racks = snapshot.topologies["dc"].levels[1].node_domain
+    assert all(len(set(owner[racks == rack].tolist())) == 1 for rack in range(3))
+    assert sorted(np.bincount(owner, minlength=2).tolist()) == [3, 6]
+
+
 @pytest.mark.parametrize(
     ("mode", "nodes", "expected"),
     [
         pytest.param("never", 10_000, False, id="never means local at any size"),
         pytest.param("always", 1, True, id="always means Ray at any size"),
         pytest.param("auto", 1999, False, id="auto stays local below minNodes"),
-        pytest.param("auto", 2000, True, id="auto uses Ray from minNodes"),
+        pytest.param("auto", 2000, True, id="auto uses a joined Ray cluster from minNodes"),
     ],
 )
 def test_backend_choice(mode: str, nodes: int, expected: bool) -> None:
-    assert use_ray(RayBackend(mode=mode), nodes) is expected  # type: ignore[arg-type]
+    joined = RayBackend(mode=mode, address="ray://head:10001")  # type: ignore[arg-type]
+    assert use_ray(joined, nodes) is expected
+
+
+@pytest.mark.parametrize("nodes", [1, 2000, 50_000])
+def test_auto_never_starts_a_local_ray_cluster(nodes: int) -> None:
+    """Without an address, auto stays local at any size: on the scheduler's own
+    cores the Ray backend was slower at every size measured."""
+    assert use_ray(RayBackend(mode="auto"), nodes) is False
 
 
 def test_local_backend_is_the_default_for_small_clusters() -> None:

@@ -9,7 +9,7 @@ Every action calls two functions and nothing else:
 - `place_extras(tx, group, config, limit)`: members above the minimum, one by one.
 Neither commits: the caller commits or rolls back (`Transaction.attempt`).
 Candidate topology domains are evaluated by a `PlacementBackend`: numpy
-in-process, or Ray tasks for large clusters (`backend.py`, `ray_backend.py`);
+in-process, or Ray actors holding shards of the nodes (`backend.py`, `ray_backend.py`);
 both give the same plan. See docs/placement.md.
 Pure: no I/O.
 """

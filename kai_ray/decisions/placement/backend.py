@@ -4,9 +4,10 @@ A `PlacementBackend` answers one question for the topology search: for a pod
 shape on a set of allowed nodes, how many such pods each domain of each
 candidate level can still take. The local backend computes it with numpy on
 the transaction's state; the Ray backend (`ray_backend.py`) splits the nodes
-into shards evaluated by Ray tasks over one copy of the snapshot's node arrays
-in Ray's object store. Both call the same `fit.room` and sum integers, so they
-return identical answers and the plan does not depend on the backend.
+into shards of whole topology domains, each held by a Ray actor that is loaded
+once per transaction and then sent only the rows that changed. Both call the
+same `fit.room` and sum integers, so they return identical answers and the plan
+does not depend on the backend.
 `backend_choice.backend_for` picks one per transaction from
 `SchedulerConfig.rayBackend`. Pure: no I/O.
 """

@@ -1,8 +1,8 @@
-"""Which placement backend a transaction uses: numpy in-process, or Ray tasks.
+"""Which placement backend a transaction uses: numpy in-process, or Ray actors.
 
 `backend_for` picks one per transaction from `SchedulerConfig.rayBackend` and
-keeps it in the transaction's memo (the Ray one puts the snapshot into Ray's
-object store once per cycle). Ray is never imported unless it is picked.
+keeps it in the transaction's memo (the Ray one loads its shard actors with the
+transaction's rows once per cycle). Ray is never imported unless it is picked.
 Pure: no I/O (the Ray backend it may make aside).
 """
 
@@ -16,14 +16,19 @@ BACKEND = MemoKey[PlacementBackend]("placement backend")
 
 
 def use_ray(settings: RayBackend, node_count: int) -> bool:
-    """Ray when told to, or in auto mode from `minNodes` nodes on."""
+    """Ray when told to; in auto mode only when joined to a Ray cluster (`address`)
+    and from `minNodes` nodes on. On the scheduler's own cores Ray was slower than
+    numpy at every size measured (docs/placement.md), so auto never starts a
+    local Ray cluster."""
     if settings.mode == "never":
         return False
-    return settings.mode == "always" or node_count >= settings.minNodes
+    if settings.mode == "always":
+        return True
+    return settings.address is not None and node_count >= settings.minNodes
 
 
 def backend_for(tx: Transaction, config: SchedulerConfigSpec) -> PlacementBackend:
-    """The backend of this transaction (one per cycle: the Ray one puts the snapshot once)."""
+    """The backend of this transaction (one per cycle: the Ray one loads its shards once)."""
     return tx.memo.get(BACKEND, None, lambda: _new_backend(tx, config.rayBackend))
 
 
