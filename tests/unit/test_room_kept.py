@@ -54,8 +54,15 @@ def assert_kept_equals_fresh(tx: Transaction) -> None:
         assert fit.room_on(tx, shape, some).tolist() == fresh[some].tolist()
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_the_kept_room_follows_placements_evictions_and_rollbacks(seed: int) -> None:
+@pytest.mark.parametrize(
+    ("seed", "shapes_kept"),
+    [(0, fit.KEPT_SHAPES), (1, fit.KEPT_SHAPES), (2, 1)],
+    ids=["seed 0", "seed 1", "seed 2, one shape kept at a time"],
+)
+def test_the_kept_room_follows_placements_evictions_and_rollbacks(
+    monkeypatch: pytest.MonkeyPatch, seed: int, shapes_kept: int
+) -> None:
+    monkeypatch.setattr(fit, "KEPT_SHAPES", shapes_kept)
     snapshot = generated(seed)
     tx = Transaction(snapshot)
     config = SchedulerConfigSpec()

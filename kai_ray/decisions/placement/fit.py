@@ -67,15 +67,21 @@ def room_on(tx: Transaction, shape: PodShape, nodes: Indices) -> Counts:
     node's room for every pod (a third of a 50,000-node cycle)."""
     if len(nodes) < KEPT_FROM:
         return _room_of(tx, shape, nodes)
-    kept = tx.memo.get(ROOMS, id(shape), lambda: _Rooms(shape, tx))
-    if kept.shape is not shape:  # another shape at a reused address: start again
+    rooms = tx.memo.get(ROOMS, None, dict)
+    kept = rooms.pop(id(shape), None)
+    if kept is None or kept.shape is not shape:  # new, or another shape at a reused address
         kept = _Rooms(shape, tx)
-        tx.memo.keep(ROOMS, id(shape), kept)
+    rooms[id(shape)] = kept  # the last used last
+    if len(rooms) > KEPT_SHAPES:
+        del rooms[next(iter(rooms))]  # the least recently used
     return kept.on(tx, nodes)
 
 
 #: From this many nodes a query reads the kept room of every node (`room_on`).
 KEPT_FROM = 256
+#: The room of every node is kept for this many shapes at most (the most recently
+#: used): 50,000 nodes cost 400 KB a shape.
+KEPT_SHAPES = 64
 
 
 class _Rooms:
@@ -97,7 +103,7 @@ class _Rooms:
 
 
 #: Per shape (by identity; the transaction's memo keeps its shapes alive): `_Rooms`.
-ROOMS = MemoKey[_Rooms]("room of every node")
+ROOMS = MemoKey[dict[int, _Rooms]]("room of every node")
 
 
 def _room_of(tx: Transaction, shape: PodShape, nodes: Indices) -> Counts:
