@@ -96,8 +96,8 @@ class LoopOptions:
     #: a gang of a burst goes Admitted, bound and Running within about a second, and
     #: `kubectl get podgroups` a second late is as good.
     status_settle_s: float = 1.0
-    #: Between two cycles, at least this often (and whenever the objects kept grew
-    #: by half), a full collection of reference cycles (`heap.Settler`).
+    #: Between two cycles, at least this often (and whenever the peak resident memory
+    #: grew by half), a full collection of reference cycles (`heap.Settler`).
     full_collection_every_s: float = 600.0
 
 

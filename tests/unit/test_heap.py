@@ -31,7 +31,7 @@ class Cycle:
 def test_the_settler_keeps_what_outlives_a_cycle_and_collects_in_full_now_and_then() -> None:
     now = [0.0]
     with long_lived_heap():
-        settler = Settler(every_s=600.0, clock=lambda: now[0])
+        settler = Settler(every_s=600.0, clock=lambda: now[0], peak_memory=lambda: 1.0)
         kept = [[i] for i in range(100)]
         assert settler.after_cycle() is None  # nothing grew much, no time passed
         frozen = gc.get_freeze_count()
@@ -52,12 +52,15 @@ def test_the_settler_keeps_what_outlives_a_cycle_and_collects_in_full_now_and_th
         assert gc.get_freeze_count() >= len(kept)  # and what is alive is out of sight again
 
 
-def test_the_settler_collects_in_full_when_what_it_keeps_grew_by_half() -> None:
+def test_the_settler_collects_in_full_when_peak_memory_grew_by_half() -> None:
+    peak = [100.0]
     with long_lived_heap():
-        settler = Settler(every_s=3600.0, clock=lambda: 0.0)
-        before = gc.get_freeze_count()
-        grown = [[i] for i in range(before + 1000)]
-        assert settler.after_cycle() is None  # settles the growth: counted from now on
-        assert gc.get_freeze_count() >= before + len(grown)
+        settler = Settler(every_s=3600.0, clock=lambda: 0.0, peak_memory=lambda: peak[0])
+        peak[0] = 150.0
+        assert settler.after_cycle() is None  # half, not more
+        peak[0] = 151.0
         assert settler.after_cycle() is not None
+        peak[0] = 200.0
         assert settler.after_cycle() is None  # counted again from the full collection
+        peak[0] = 227.0
+        assert settler.after_cycle() is not None
