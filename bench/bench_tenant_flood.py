@@ -18,7 +18,7 @@ Job of four one-GPU pods (a gang of four). Measured:
   three cycles);
 - the cycle's duration while the flood waits (mean and the largest seen), from
   the operator's metrics, with each step's mean (`kai_ray_cycle_step_duration_seconds`)
-  and the full collections made between cycles in the same 30 s;
+  in the same 30 s;
 - the operator's resident memory, largest seen (target: under 1 GiB).
 
 Prints the figures as JSON; not a test (creating 10,000 pods takes minutes).
@@ -85,19 +85,14 @@ def flood_pod(name: str, queue: str, gpus: int, tag: str) -> dict[str, Any]:
 
 
 def step_sums(text: str) -> dict[str, float]:
-    """From a metrics page: seconds spent in each step of the cycle (`step:NAME`) and
-    in full collections (`collections`, with `collections_count`), added up."""
+    """From a metrics page: seconds spent in each step of the cycle, added up, by
+    `step:NAME`."""
     sums = {
         f"step:{step}": float(value)
         for step, value in re.findall(
             r'^kai_ray_cycle_step_duration_seconds_sum\{step="(\w+)"\} ([0-9.e+-]+)$', text, re.M
         )
     }
-    for name, key in (("sum", "collections"), ("count", "collections_count")):
-        found = re.search(
-            rf"^kai_ray_full_collection_duration_seconds_{name} ([0-9.e+-]+)$", text, re.M
-        )
-        sums[key] = float(found.group(1)) if found else 0.0
     return sums
 
 
@@ -111,7 +106,7 @@ class Sampler(threading.Thread):
         self.url = f"http://127.0.0.1:{port}/metrics"
         self.peak_rss_mib = 0.0
         self.cycles: list[tuple[float, float, float]] = []  # (time, count, sum of seconds)
-        #: (time, the sums of every step's seconds and of full collections' seconds)
+        #: (time, the sums of every step's seconds)
         self.sums: list[tuple[float, dict[str, float]]] = []
         self._text = ""
 
@@ -206,7 +201,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     durations = [
         (b[2] - a[2]) / (b[1] - a[1]) for a, b in itertools.pairwise(window) if b[1] > a[1]
     ]
-    # Each step's mean over the same window, and the full collections made in it.
+    # Each step's mean over the same window.
     sums = [s for t, s in sampler.sums if window and window[0][0] <= t <= window[-1][0]]
     cycles_in_window = window[-1][1] - window[0][1] if len(window) > 1 else 0.0
     steps = {
@@ -216,7 +211,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for key in (sums[-1] if sums and cycles_in_window else {})
         if key.startswith("step:")
     }
-    collections = sums[-1]["collections_count"] - sums[0]["collections_count"] if sums else 0.0
     return {
         "nodes": args.nodes,
         "flood_pods": args.pods,
@@ -228,7 +222,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         else None,
         "cycle_s_while_flooded_max": round(max(durations), 3) if durations else None,
         "step_s_while_flooded_mean": steps,
-        "full_collections_while_flooded": collections,
         "operator_peak_rss_mib": round(sampler.peak_rss_mib, 1),
         "namespaces_left_for_cleanup": [flood_q, other_q],
     }

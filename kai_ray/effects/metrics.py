@@ -157,12 +157,6 @@ class SchedulerMetrics:
             buckets=CYCLE_BUCKETS,
             registry=registry,
         )
-        self.full_collection_seconds = Histogram(
-            f"{PREFIX}_full_collection_duration_seconds",
-            "Time a full collection of reference cycles took between two cycles.",
-            buckets=CYCLE_BUCKETS,
-            registry=registry,
-        )
         self.cycles = Counter(f"{PREFIX}_cycles", "Scheduling cycles run.", registry=registry)
         self.last_cycle = Gauge(
             f"{PREFIX}_last_cycle_timestamp_seconds",

@@ -19,7 +19,6 @@ broken cycle is logged and the next one tries again.
 from __future__ import annotations
 
 import functools
-import gc
 import logging
 import threading
 import time
@@ -46,7 +45,7 @@ from kai_ray.effects.reporting import merge_condition, problems_condition
 from kai_ray.effects.status import pod_group_status, queue_statuses, waits_for_its_pods
 from kai_ray.state.cache import POD, POD_GROUP, QUEUE, ClusterCache, object_key
 from kai_ray.state.groups import PodGroupState
-from kai_ray.state.heap import Settler, long_lived_heap, settle
+from kai_ray.state.heap import long_lived_heap, settle
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.api import Phase
 from kai_ray.values.clock import Clock, WallClock, rfc3339
@@ -96,9 +95,6 @@ class LoopOptions:
     #: a gang of a burst goes Admitted, bound and Running within about a second, and
     #: `kubectl get podgroups` a second late is as good.
     status_settle_s: float = 1.0
-    #: Between two cycles, at least this often (and whenever the peak resident memory
-    #: grew by half), a full collection of reference cycles (`heap.Settler`).
-    full_collection_every_s: float = 600.0
 
 
 class SchedulingLoop:
@@ -306,7 +302,7 @@ class SchedulingLoop:
 
     def _cycles(self) -> None:
         last = 0.0
-        settler: Settler | None = None
+        settled = False
         while not self.stop_event.is_set():
             self.changed.wait(timeout=self.period)
             if self.stop_event.is_set():
@@ -321,34 +317,19 @@ class SchedulingLoop:
                 self.changed.clear()
                 continue
             self.changed.clear()
-            if settler is None:
+            if not settled:
                 settle()  # the cluster as first listed: kept, out of the collector's sight
-                settler = Settler(self.options.full_collection_every_s)
+                settled = True
             self.arrived.clear()  # arrivals from here on are the next cycle's
             try:
-                cut_short = self.run_once().cut_short
+                if self.run_once().cut_short:
+                    self.changed.set()  # the rest of the burst: at once, no pause
+                    continue
             except Exception:
                 LOG.exception("cycle %d failed; the next one tries again", self.cycles)
-                self._idle, cut_short = False, False
-            self._settle(settler)
-            if cut_short:
-                self.changed.set()  # the rest of the burst: at once, no pause
-                continue
+                self._idle = False
             last = self.clock.now()
             self._pause()
-
-    def _settle(self, settler: Settler) -> None:
-        """What outlived the cycle out of the collector's sight (`heap.Settler`)."""
-        took = settler.after_cycle()
-        if took is not None:
-            self.metrics.full_collection_seconds.observe(took)
-            LOG.info(
-                "full collection between cycles %d and %d: %.3fs, %d objects kept",
-                self.cycles,
-                self.cycles + 1,
-                took,
-                gc.get_freeze_count(),
-            )
 
     def _pause(self) -> None:
         """Until the next period's start; sooner when the last cycle left nothing
