@@ -58,7 +58,7 @@ class _Allocation:
             if not group.pending:
                 continue  # neither waiting (its missing pods are pending ones) nor extras
             if waits(group, tx):
-                minimums.append(candidate_for(group, tx))
+                minimums.append(candidate_for(group))
             elif group.pending and not group.missing and not releasing_members(group):
                 # admitted: extras may follow
                 self.ctx.plan.statuses.state(admitted(group))

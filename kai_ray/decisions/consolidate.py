@@ -47,7 +47,7 @@ from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.eviction import domain_could_hold, gang_domains
-from kai_ray.decisions.ordering import group_priority, missing_request, waiting_gangs
+from kai_ray.decisions.ordering import group_priority, waiting_gangs
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.placement.equivalence import signature
 from kai_ray.decisions.plan import Evict, GroupStatus, Nominate
@@ -92,7 +92,7 @@ def consolidation_for(ctx: CycleContext, group: PodGroupState) -> list[PodGroupS
     the plan's evictions (the movable gangs) and what placement reads of the gang
     as `placeable` shows it: a gang equivalent to one no move helped at the same
     state (`equivalence.signature`) is not tried again (`NO_MOVE`)."""
-    request = missing_request(ctx.transaction, group)
+    request = group.missing_requests
     preemptible = is_preemptible(group, group_priority(group))
     if refusal(ctx.ledger, group, request, preemptible) or not fits_in_total(ctx, request):
         return None
@@ -162,13 +162,11 @@ def some_could_be_tried(ctx: CycleContext) -> bool:
     limit). The waiting groups of the snapshot hold every gang it could try; the
     answer reads only a gang's queue, namespace, request and whether it is
     preemptible, so each such combination is judged once."""
-    tx, ledger = ctx.transaction, ctx.ledger
+    ledger = ctx.ledger
     asks: dict[tuple[str, str, Resources, bool], PodGroupState] = {}
     for group in ctx.snapshot.waiting_groups:
         preemptible = is_preemptible(group, group_priority(group))
-        asks.setdefault(
-            (group.queue, group.namespace, missing_request(tx, group), preemptible), group
-        )
+        asks.setdefault((group.queue, group.namespace, group.missing_requests, preemptible), group)
     return any(
         fits_in_total(ctx, request) and not refusal(ledger, group, request, preemptible)
         for (_, _, request, preemptible), group in asks.items()

@@ -419,7 +419,7 @@ def refusal_key(ctx: CycleContext, candidate: Candidate) -> Hashable | None:
 def waiting_candidates(ctx: CycleContext) -> WaitingJobs:
     """The waiting gangs (`ordering.waits`), each asking for its missing minimum."""
     gangs = waiting_gangs(ctx.snapshot.waiting_groups, ctx.transaction)
-    return WaitingJobs(candidate_for(gang, ctx.transaction) for gang in gangs)
+    return WaitingJobs(candidate_for(gang) for gang in gangs)
 
 
 def running_units(

@@ -28,7 +28,6 @@ from kai_ray.decisions.fairness import quota_of as quota_of
 from kai_ray.decisions.ledger import QueueLedger
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.groups import PodGroupState
-from kai_ray.state.pod_states import total_requests
 from kai_ray.values.resources import EPSILON, Resources
 
 #: The weight of a resource a queue has no allocatable share of (KAI's penalty).
@@ -74,17 +73,10 @@ class Candidate:
         return self.group.queue
 
 
-def candidate_for(group: PodGroupState, tx: Transaction | None = None) -> Candidate:
-    """The group asking for its missing minimum (summed once per cycle with `tx`)."""
-    request = total_requests(group.missing) if tx is None else missing_request(tx, group)
-    return Candidate(group, request, group_priority(group))
-
-
-def missing_request(tx: Transaction, group: PodGroupState) -> Resources:
-    """What the group's missing minimum asks for (`PodGroupState.missing_requests`,
-    summed once per group state): every action that makes room asks it of every
-    waiting gang, cycle after cycle."""
-    return group.missing_requests
+def candidate_for(group: PodGroupState) -> Candidate:
+    """The group asking for its missing minimum (`PodGroupState.missing_requests`,
+    summed once per group state)."""
+    return Candidate(group, group.missing_requests, group_priority(group))
 
 
 def waits(group: PodGroupState, tx: Transaction) -> bool:

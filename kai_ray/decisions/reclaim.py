@@ -51,7 +51,7 @@ from kai_ray.decisions.eviction import (
 )
 from kai_ray.decisions.fairness import quota_of
 from kai_ray.decisions.ledger import QueueLedger
-from kai_ray.decisions.ordering import Candidate, missing_request, take_next
+from kai_ray.decisions.ordering import Candidate, take_next
 from kai_ray.decisions.runtime import Protection, RuntimeField
 from kai_ray.decisions.victims import Budget, VictimUnit
 from kai_ray.state.groups import PodGroupState
@@ -134,8 +134,8 @@ def anyone_within_share(ctx: CycleContext) -> bool:
     action is then skipped whole, the waiting gangs neither sorted nor picked and
     the live pods not summed. The waiting groups of the snapshot hold every gang
     the action could try; each is judged once per (queue, request)."""
-    tx, ledger = ctx.transaction, ctx.ledger
-    asked = {(group.queue, missing_request(tx, group)) for group in ctx.snapshot.waiting_groups}
+    ledger = ctx.ledger
+    asked = {(group.queue, group.missing_requests) for group in ctx.snapshot.waiting_groups}
     return any(within_share(ledger, queue, request) for queue, request in asked)
 
 

@@ -80,7 +80,9 @@ class RayBackend(ApiModel):
         description="In auto mode, use a joined Ray cluster (address) from this size.",
     )
     address: str | None = Field(
-        default=None, description="Join this Ray cluster; unset starts one."
+        default=None,
+        description="Join this Ray cluster (auto mode uses Ray only then); "
+        "unset, mode always starts a local one.",
     )
 
 

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kai_ray.decisions.placement.backend import Counts, RoomQuery, per_domain
-from kai_ray.decisions.placement.fit import room
+from kai_ray.decisions.placement.backend import Counts, Indices, RoomQuery, per_domain
+from kai_ray.decisions.placement.fit import Matrix, room
 from kai_ray.decisions.placement.shapes import PodShape
 from kai_ray.decisions.transaction import LevelKey, Transaction
 
@@ -41,8 +41,6 @@ SHARDS = 2
 MAX_SHARDS = 32
 #: Node sets the actors keep per transaction before they are told to forget them all.
 NODE_SETS = 256
-Matrix = npt.NDArray[np.float64]
-Indices = npt.NDArray[np.intp]
 _lock = threading.Lock()
 _actors: list[Any] = []
 _tokens = itertools.count(1)
