@@ -7,7 +7,9 @@
 3. admission may refuse it with a reason (namespace, limit, non-preemptible
    over quota); otherwise its minimum is placed all-or-nothing (`booking.placeable`
    keeps it off GPU types its limits cannot take), and booked on its queues, or
-   undone if the GPUs it got pass a per-GPU-type limit (`booking.book`);
+   undone if the GPUs it got pass a per-GPU-type limit (`booking.book`). A
+   refusal changes nothing, so the jobs that would be picked next while each
+   is refused too are refused together (`WaitingJobs.take_alike`);
 4. only after every minimum: elastic extras one pod at a time, in the same
    queue order, under the same limits; inside a queue a job still at its
    minimum gets an extra before one already above it (`ordering.job_key`),
@@ -22,6 +24,8 @@ Pure: no I/O.
 """
 
 from __future__ import annotations
+
+import logging
 
 from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.booking import book, placeable
@@ -50,6 +54,7 @@ class _Allocation:
 
     def __init__(self, ctx: CycleContext) -> None:
         self.ctx = ctx
+        self.debug = ctx.log.isEnabledFor(logging.DEBUG)
 
     def run(self) -> None:
         minimums, extras = list[Candidate](), list[Candidate]()
@@ -67,28 +72,38 @@ class _Allocation:
         self.extras(extras)
 
     def minimums(self, waiting: WaitingJobs, extras: list[Candidate]) -> None:
-        while (
-            not self.ctx.hand_over_now()
-            and (candidate := take_next(self.ctx.ledger, waiting)) is not None
-        ):
-            reason = self.admit_minimum(candidate)
-            key = candidate.group.key
-            if reason:
-                self.ctx.plan.statuses.state(GroupStatus(key, False, reason))
-                self.ctx.log.debug("%s waits: %s", key, reason)
-            else:
-                self.ctx.plan.statuses.state(admitted(candidate.group))
+        ctx = self.ctx
+        while not ctx.hand_over_now() and (candidate := take_next(ctx.ledger, waiting)) is not None:
+            refused = self.refusal_of(candidate)
+            reason = refused or self.place_minimum(candidate)
+            if not reason:
+                ctx.plan.statuses.state(admitted(candidate.group))
                 extras.append(candidate)
+                continue
+            self.wait(candidate, reason)
+            if refused:
+                # A refusal changes nothing: the jobs picked next, while refused alike,
+                # are refused together (a deep backlog of one queue at its limit).
+                for alike, why in waiting.take_alike(ctx.ledger, self.refusal_of):
+                    self.wait(alike, why)
 
-    def admit_minimum(self, candidate: Candidate) -> str | None:
-        """None when the minimum now holds; otherwise why not, for a person."""
-        group, ctx = candidate.group, self.ctx
+    def wait(self, candidate: Candidate, reason: str) -> None:
+        key = candidate.group.key
+        self.ctx.plan.statuses.state(GroupStatus(key, False, reason))
+        if self.debug:
+            self.ctx.log.debug("%s waits: %s", key, reason)
+
+    def refusal_of(self, candidate: Candidate) -> str | None:
+        """Why admission refuses the job's minimum now (`admission.refusal`), or None."""
+        group = candidate.group
         preemptible = is_preemptible(group, candidate.priority)
-        refused = refusal(ctx.ledger, group, candidate.request, preemptible)
-        if refused:
-            return refused
+        return refusal(self.ctx.ledger, group, candidate.request, preemptible)
+
+    def place_minimum(self, candidate: Candidate) -> str | None:
+        """None when the minimum now holds (placed and booked); otherwise why not."""
+        ctx = self.ctx
         with ctx.transaction.attempt() as step:
-            outcome = place_gang(ctx.transaction, placeable(ctx, group), ctx.config)
+            outcome = place_gang(ctx.transaction, placeable(ctx, candidate.group), ctx.config)
             return book(ctx, step) if outcome.admitted else outcome.reason
 
     def extras(self, candidates: list[Candidate]) -> None:

@@ -20,7 +20,7 @@ holds has changed. Pure: no I/O.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from kai_ray.decisions.fairness import limit_of as limit_of
@@ -210,6 +210,38 @@ class WaitingJobs:
         if following.request is request or following.request == request:
             return following
         return None
+
+    def take_alike(
+        self, ledger: QueueLedger, refused: Callable[[Candidate], str | None]
+    ) -> list[tuple[Candidate, str]]:
+        """The jobs `take_next` would take one after another from here, each with why
+        it is refused (`refused`), for as long as each is: taken out together. A job
+        refused at admission changes neither the ledger nor the jobs, so while the
+        next ones are refused too, `again` keeps answering the same queue's next job
+        (any job when it is the only queue left, else one asking what the last did)
+        and no queue need be ordered or taken from one job at a time. Stops before
+        the first job `refused` lets through, which `take_next` then takes."""
+        last = self._last
+        if last is None:
+            return []
+        queue, request, version, adds = last
+        jobs = self._by_queue.get(queue)
+        only = self._queues_left == 1
+        if not jobs or not (only or (version == ledger.version and adds == self._adds)):
+            return []
+        alike: list[tuple[Candidate, str]] = []
+        for job in jobs:
+            if not only and job.request is not request and job.request != request:
+                break
+            reason = refused(job)
+            if reason is None:
+                break
+            alike.append((job, reason))
+        if alike:
+            del jobs[: len(alike)]
+            self._queues_left -= not jobs
+            self.taken(ledger, alike[-1][0])
+        return alike
 
     def taken(self, ledger: QueueLedger, candidate: Candidate) -> None:
         """Notes the job `take_next` took, for `again`."""

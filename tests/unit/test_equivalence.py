@@ -255,6 +255,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
         lambda waiting, ledger, name, request: queue_key(ledger, name, request),
     ),
     (WaitingJobs, "again", lambda waiting, ledger: None),
+    (WaitingJobs, "take_alike", lambda waiting, ledger, refused: []),
     (eviction, "refusal_key", lambda ctx, candidate: None),
     (FairShareBudget, "refuses_every", lambda budget, units: False),
     (consolidate, "total_free", consolidate.summed_free),
