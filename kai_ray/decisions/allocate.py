@@ -26,6 +26,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 
 from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.booking import book, placeable
@@ -36,10 +37,10 @@ from kai_ray.decisions.ordering import (
     candidate_for,
     releasing_members,
     take_next,
-    waits,
 )
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.plan import GroupStatus
+from kai_ray.decisions.waiting import waiting_candidates
 
 
 class AllocateAction:
@@ -57,18 +58,24 @@ class _Allocation:
         self.debug = ctx.log.isEnabledFor(logging.DEBUG)
 
     def run(self) -> None:
-        minimums, extras = list[Candidate](), list[Candidate]()
+        extras = list[Candidate]()
         tx = self.ctx.transaction
         for group in self.ctx.snapshot.pod_groups.values():
-            if not group.pending:
-                continue  # neither waiting (its missing pods are pending ones) nor extras
-            if waits(group, tx):
-                minimums.append(candidate_for(group))
-            elif group.pending and not group.missing and not releasing_members(group):
+            if not group.pending or group.missing:
+                continue  # neither admitted with pods to add, nor waiting (below)
+            if not releasing_members(group):
                 # admitted: extras may follow
                 self.ctx.plan.statuses.state(admitted(group))
                 extras.append(candidate_for(group))
-        self.minimums(WaitingJobs(minimums), extras)  # each queue sorted once
+        # The waiting gangs (`ordering.waits`), each queue's in order, kept while
+        # the backlog stays as it was; less those an action before placed pods of.
+        minimums: Mapping[str, Sequence[Candidate]] = waiting_candidates(tx)
+        if tx.placed:
+            minimums = {
+                queue: [c for c in jobs if not any(p.key in tx.placed for p in c.group.pending)]
+                for queue, jobs in minimums.items()
+            }
+        self.minimums(WaitingJobs.of_sorted(minimums), extras)
         self.extras(extras)
 
     def minimums(self, waiting: WaitingJobs, extras: list[Candidate]) -> None:

@@ -55,6 +55,7 @@ from kai_ray.decisions.runtime import started_at
 from kai_ray.decisions.totals import kept_per_group
 from kai_ray.decisions.transaction import MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import Vector, newest_first
+from kai_ray.decisions.waiting import waiting_asks
 from kai_ray.state.groups import PodGroupState
 from kai_ray.values.clock import unix_seconds
 from kai_ray.values.config import SchedulerConfigSpec, duration_seconds
@@ -161,15 +162,12 @@ def some_could_be_tried(ctx: CycleContext) -> bool:
     sorted nor judged one by one (a full cluster; a flood of one queue at its
     limit). The waiting groups of the snapshot hold every gang it could try; the
     answer reads only a gang's queue, namespace, request and whether it is
-    preemptible, so each such combination is judged once."""
+    preemptible, so each such combination is judged once (`waiting.waiting_asks`)."""
     ledger = ctx.ledger
-    asks: dict[tuple[str, str, Resources, bool], PodGroupState] = {}
-    for group in ctx.snapshot.waiting_groups:
-        preemptible = is_preemptible(group, group_priority(group))
-        asks.setdefault((group.queue, group.namespace, group.missing_requests, preemptible), group)
     return any(
-        fits_in_total(ctx, request) and not refusal(ledger, group, request, preemptible)
-        for (_, _, request, preemptible), group in asks.items()
+        fits_in_total(ctx, ask.request)
+        and not refusal(ledger, ask.group, ask.request, ask.preemptible)
+        for ask in waiting_asks(ctx.transaction)
     )
 
 

@@ -29,7 +29,13 @@ from kai_ray.decisions.plan import Plan
 from kai_ray.decisions.preempt import PreemptAction
 from kai_ray.decisions.reclaim import ReclaimAction
 from kai_ray.decisions.stale import StaleGangEvictionAction
-from kai_ray.decisions.totals import PER_GROUP, GroupTotals, cluster_capacity, leaf_requests
+from kai_ray.decisions.totals import (
+    PER_GROUP,
+    PER_WAITING,
+    GroupTotals,
+    cluster_capacity,
+    leaf_requests,
+)
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.decisions.usage import UsageState, drift_wake, occupying, usage_until
 from kai_ray.state.snapshot import Snapshot
@@ -121,6 +127,7 @@ def run_cycle(
     tx = Transaction(snapshot)
     tx.memo.keep(CLASS_COUNTS, None, totals.class_counts)
     tx.memo.keep(PER_GROUP, None, totals.per_group)
+    tx.memo.keep(PER_WAITING, None, totals.per_waiting)
     ctx = CycleContext(snapshot, spec, shares, ledger, tx, plan, log, now, capacity, time_up)
     #    Pods being deleted release their room: the actions place onto it (pipelining).
     release_terminating(ctx)

@@ -162,6 +162,15 @@ class WaitingJobs:
         #: version and the number of adds it was taken at (`again`).
         self._last: tuple[str, Resources, int, int] | None = None
 
+    @classmethod
+    def of_sorted(cls, by_queue: Mapping[str, Iterable[Candidate]]) -> WaitingJobs:
+        """The jobs of each queue given already in `job_key` order (copied: taking
+        jobs out leaves `by_queue` as it was)."""
+        waiting = cls()
+        waiting._by_queue = {queue: list(jobs) for queue, jobs in by_queue.items()}
+        waiting._queues_left = sum(1 for jobs in waiting._by_queue.values() if jobs)
+        return waiting
+
     def key_of(self, ledger: QueueLedger, name: str, request: Resources) -> tuple[object, ...]:
         """`queue_key`, worked out again only when the queue's holdings changed or it
         is asked with a request it was not asked with since."""

@@ -38,6 +38,7 @@ from kai_ray.decisions.eviction import (
 from kai_ray.decisions.ordering import Candidate, group_priority, take_next
 from kai_ray.decisions.runtime import Protection, RuntimeField
 from kai_ray.decisions.victims import Budget
+from kai_ray.decisions.waiting import waiting_asks
 
 
 class PreemptAction:
@@ -77,11 +78,11 @@ def victims_below_anyone(ctx: CycleContext) -> bool:
     gang the action could try. Every group that may give victims runs (has bound
     members), so a glance at each group's priority first spares cutting the victim
     units of every running group when none runs below a waiting gang of its queue."""
+    asks = waiting_asks(ctx.transaction)
     highest: dict[str, int] = {}
-    for group in ctx.snapshot.waiting_groups:
-        priority = group_priority(group)
-        if priority > highest.get(group.queue, priority - 1):
-            highest[group.queue] = priority
+    for ask in asks:
+        if ask.priority > highest.get(ask.queue, ask.priority - 1):
+            highest[ask.queue] = ask.priority
     if not highest:
         return False  # nothing waits (a quiet cycle): no group is looked at
     if not any(
@@ -90,7 +91,4 @@ def victims_below_anyone(ctx: CycleContext) -> bool:
     ):
         return False  # no running group below any: cutting victim units would find none
     lowest = victim_groups(ctx).lowest
-    return any(
-        group.queue in lowest and lowest[group.queue] < group_priority(group)
-        for group in ctx.snapshot.waiting_groups
-    )
+    return any(ask.queue in lowest and lowest[ask.queue] < ask.priority for ask in asks)

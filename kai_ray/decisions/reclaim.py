@@ -54,6 +54,7 @@ from kai_ray.decisions.ledger import QueueLedger
 from kai_ray.decisions.ordering import Candidate, take_next
 from kai_ray.decisions.runtime import Protection, RuntimeField
 from kai_ray.decisions.victims import Budget, VictimUnit
+from kai_ray.decisions.waiting import waiting_asks
 from kai_ray.state.groups import PodGroupState
 from kai_ray.values.resources import EPSILON, Resources, add_into
 
@@ -133,9 +134,10 @@ def anyone_within_share(ctx: CycleContext) -> bool:
     changing nothing and asking for no wake-up: with every team at its share the
     action is then skipped whole, the waiting gangs neither sorted nor picked and
     the live pods not summed. The waiting groups of the snapshot hold every gang
-    the action could try; each is judged once per (queue, request)."""
+    the action could try; each is judged once per (queue, request)
+    (`waiting.waiting_asks`)."""
     ledger = ctx.ledger
-    asked = {(group.queue, group.missing_requests) for group in ctx.snapshot.waiting_groups}
+    asked = {(ask.queue, ask.request) for ask in waiting_asks(ctx.transaction)}
     return any(within_share(ledger, queue, request) for queue, request in asked)
 
 

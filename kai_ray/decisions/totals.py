@@ -122,6 +122,40 @@ class _Kept:
     value: Any
 
 
+class KeptForWaiting:
+    """Values derived from the snapshot's waiting groups alone (what they ask, their
+    candidates in queue order), kept from cycle to cycle while the cache hands the
+    very same tuple of them (it makes a new one when any waiting group changes,
+    comes or goes): a deep backlog that waits unchanged is walked once, not once
+    per cycle and action."""
+
+    def __init__(self) -> None:
+        self._kept: dict[MemoKey[Any], tuple[tuple[PodGroupState, ...], Any]] = {}
+
+    def get(
+        self, slot: MemoKey[T], waiting: tuple[PodGroupState, ...], build: Callable[[], T]
+    ) -> T:
+        found = self._kept.get(slot)
+        if found is not None and found[0] is waiting:
+            value: T = found[1]
+            return value
+        value = build()
+        self._kept[slot] = (waiting, value)
+        return value
+
+
+#: The cycle's handle on the values kept for the waiting groups (`CycleMemo` slot).
+PER_WAITING = MemoKey[KeptForWaiting]("values kept for the waiting groups")
+
+
+def kept_for_waiting(
+    memo: CycleMemo, slot: MemoKey[T], waiting: tuple[PodGroupState, ...], build: Callable[[], T]
+) -> T:
+    """`KeptForWaiting.get` of the cycle's kept values, else built once per cycle."""
+    kept = memo.find(PER_WAITING, None)
+    return memo.get(slot, None, build) if kept is None else kept.get(slot, waiting, build)
+
+
 #: The cycle's handle on the values kept per group (`CycleMemo` slot; absent when
 #: the caller keeps nothing from cycle to cycle).
 PER_GROUP = MemoKey[KeptPerGroup]("values kept per group")
@@ -157,6 +191,8 @@ class GroupTotals:
         #: fragmentation` (`mix.ClassCounts`): kept here, where the cycle's other
         #: walks over every pod are kept, and followed only when the mix is asked for.
         self.class_counts = ClassCounts()
+        #: Values the actions derive from the waiting groups alone (`KeptForWaiting`).
+        self.per_waiting = KeptForWaiting()
         self._reset()
 
     def _reset(self) -> None:

@@ -26,7 +26,7 @@ from kai_ray.state.queues import QueueTree
 from kai_ray.values.api import PodGroup, PodGroupSpec, PodGroupStatus
 from kai_ray.values.errors import ObjectRef, Problem
 from kai_ray.values.names import POD_GROUP_ANNOTATION
-from kai_ray.values.resources import Resources
+from kai_ray.values.resources import Resources, interned
 from kai_ray.values.validation import NO_NAME
 from kai_ray.workloads.pod_fields import annotation_field
 
@@ -89,8 +89,8 @@ class PodGroupState:
     def missing_requests(self) -> Resources:
         """What the missing minimum asks for (`missing`'s requests added up), summed
         once per state: a waiting gang is asked it by every action of every cycle
-        while it waits unchanged."""
-        return total_requests(self.missing)
+        while it waits unchanged. Interned: gangs asking alike ask the same object."""
+        return interned(total_requests(self.missing))
 
     def ref(self) -> ObjectRef:
         return ObjectRef(POD_GROUP, self.name, self.namespace)

@@ -197,6 +197,25 @@ class Resources(Mapping[str, float]):
         return out
 
 
+#: Vectors `interned` hands out, by value; emptied when it grows past `INTERNED_AT`.
+_interned: dict[Resources, Resources] = {}
+INTERNED_AT = 4096
+
+
+def interned(vector: Resources) -> Resources:
+    """The one vector kept for `vector`'s value: equal requests become the very same
+    object, so the memos they key and the sorts they tie in compare them by
+    identity first instead of by their amounts (a deep backlog is thousands of
+    gangs asking a handful of requests). A cache of values only: any vector may be
+    used where another equal one was, so emptying it changes nothing but speed."""
+    found = _interned.get(vector)
+    if found is None:
+        if len(_interned) >= INTERNED_AT:
+            _interned.clear()
+        found = _interned[vector] = vector
+    return found
+
+
 def add_into(
     totals: dict[str, float], amounts: Mapping[str, float], sign: float = 1.0
 ) -> dict[str, float]:
