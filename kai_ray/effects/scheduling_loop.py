@@ -11,8 +11,9 @@
       4. PodGroup and Queue statuses written where they changed, with Events.
 
 The loop knows no kopf: the controller starts and stops it. A cycle runs when
-something changed, when the plan asked to wake, or at least every
-`idle_cycle_s` (usage keeps decaying). Nothing here raises out of a cycle: a
+something changed (not our own PodGroup and Queue statuses coming back through
+the watch: they are kept, and the next cycle reads them), when the plan asked
+to wake, or at least every `idle_cycle_s` (usage keeps decaying). Nothing here raises out of a cycle: a
 broken cycle is logged and the next one tries again.
 """
 
@@ -207,6 +208,11 @@ class SchedulingLoop:
 
     def _on_event(self, kind: str, event: str, obj: dict[str, Any]) -> None:
         with self.lock:
+            # Our own status writes coming back: kept, but they wake no cycle (as in
+            # the simulator, where a cycle that only wrote statuses schedules none).
+            echo = kind in STATUS_KINDS and _status_only(
+                self.cache.get(kind, object_key(obj, kind)), obj
+            )
             if event == "DELETED":
                 self.cache.delete(kind, object_key(obj, kind))
             else:
@@ -217,7 +223,8 @@ class SchedulingLoop:
                     self._refresh_ray_pods()
         if kind == POD and event == "ADDED" and self._ours_to_place(obj):
             self.arrived.set()
-        self.changed.set()
+        if not echo or event == "DELETED":
+            self.changed.set()
 
     def _ours_to_place(self, pod: Mapping[str, Any]) -> bool:
         spec = pod.get("spec") or {}
@@ -577,6 +584,28 @@ class SchedulingLoop:
                 self.writer.record_event(
                     pod.ref(), True, "Unschedulable", f"PodGroup {ref.name}: {reason}"
                 )
+
+
+#: Kinds whose status only kai-ray writes (`_on_event`).
+STATUS_KINDS = (POD_GROUP, QUEUE)
+#: Metadata a status write changes by itself.
+_WRITE_STAMPS = ("resourceVersion", "managedFields")
+
+
+def _status_only(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> bool:
+    """`after` differs from `before` in its status alone (and the stamps any write
+    leaves): a status written back, which no cycle need look at before its next."""
+    if before is None:
+        return False
+    outside = ("status", "metadata")
+    if any(before.get(k) != after.get(k) for k in before.keys() | after.keys() if k not in outside):
+        return False
+    meta_a, meta_b = before.get("metadata") or {}, after.get("metadata") or {}
+    return all(
+        meta_a.get(k) == meta_b.get(k)
+        for k in meta_a.keys() | meta_b.keys()
+        if k not in _WRITE_STAMPS
+    )
 
 
 def _devices(bind: Bind) -> str:
