@@ -197,7 +197,9 @@ def _start(options: OperatorOptions) -> None:
     loop.start()
     _RUNNING["loop"] = loop
     ready = functools.partial(_ready, loop, options.webhook_host is not None)
-    _RUNNING["health"] = serve_health(options.bind_address, options.health_port, loop.alive, ready)
+    _RUNNING["health"] = serve_health(
+        options.bind_address, options.health_port, loop.alive, ready, loop.ray_report.health_line
+    )
     if options.metrics_port:
         start_http_server(options.metrics_port, addr=options.bind_address)
     LOG.info("kai-ray %s started (leader election: %s)", options.identity, options.leader_elect)

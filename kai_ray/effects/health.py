@@ -3,7 +3,9 @@
 `/healthz` answers 200 while the scheduling loop and its watches are alive;
 `/readyz` answers 200 once every watched kind has been listed (and the operator
 says the admission webhook listens, when it serves one). Each answer's
-body says which check failed. Runs in a daemon thread; no other I/O.
+body says which check failed, then the `details` lines (the Ray placement
+backend's state, when it was used: lost or not, it fails neither check, since
+placement goes on locally). Runs in a daemon thread; no other I/O.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 Check = Callable[[], bool]
 
 
-def serve_health(host: str, port: int, alive: Check, ready: Check) -> ThreadingHTTPServer:
+def serve_health(
+    host: str, port: int, alive: Check, ready: Check, details: Callable[[], str] | None = None
+) -> ThreadingHTTPServer:
     """Start the endpoints; the returned server is stopped with `shutdown()`."""
     checks = {"/healthz": alive, "/readyz": ready}
 
@@ -26,7 +30,9 @@ def serve_health(host: str, port: int, alive: Check, ready: Check) -> ThreadingH
                 self.send_error(404)
                 return
             ok = check()
-            body = b"ok\n" if ok else f"{self.path} failed\n".encode()
+            extra = details() if details is not None else ""
+            body = ("ok\n" if ok else f"{self.path} failed\n").encode()
+            body += f"{extra}\n".encode() if extra else b""
             self.send_response(200 if ok else 503)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(body)))

@@ -758,6 +758,8 @@ class LeaseElector(threading.Thread):
         self.leading = threading.Event()
         #: When the Lease was last won or renewed (monotonic seconds).
         self.renewed_at = -float("inf")
+        #: The Lease's uid, once read (Events on the Lease name it).
+        self.uid: str | None = None
         self.monotonic: Callable[[], float] = time.monotonic
 
     def run(self) -> None:
@@ -804,6 +806,7 @@ class LeaseElector(threading.Thread):
                     return False
                 raise
             return True
+        self.uid = (lease.get("metadata") or {}).get("uid") or self.uid
         spec = lease.get("spec") or {}
         renewed = _time(spec.get("renewTime") or spec.get("acquireTime")) or now
         expired = (now - renewed).total_seconds() > float(spec.get("leaseDurationSeconds") or 0)

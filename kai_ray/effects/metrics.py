@@ -6,7 +6,9 @@ updates every metric: per-queue gauges (fair share, quota, limit, allocated,
 requested, per resource), pods pending and gangs waiting, the cycle duration
 histogram, counters of evictions, and the leader flag. Binds end in the back
 as often as in the cycle: `count_bind` counts each as it ends. `set_leader`
-keeps the flag true to life between cycles (a follower runs none). Per-queue
+keeps the flag true to life between cycles (a follower runs none).
+`set_ray_backend` follows the Ray placement backend (connected or fallen back
+to the local one: docs/placement.md). Per-queue
 and per-reason gauges are rebuilt whole each cycle, so a deleted queue's
 series go with it.
 
@@ -31,6 +33,7 @@ from prometheus_client.registry import Collector
 
 from kai_ray.decisions.cycle import CycleResult
 from kai_ray.decisions.fairness import limit_of, quota_of
+from kai_ray.decisions.placement.ray_link import RayStatus
 from kai_ray.decisions.plan import GroupStatus
 from kai_ray.decisions.totals import leaf_requests
 from kai_ray.effects.binder import ApplyReport, WriteResult
@@ -115,6 +118,25 @@ class _CycleState(Collector):
             yield GaugeMetricFamily(f"{PREFIX}_{name}", documentation, labels=labels)
 
 
+class _RayAvailable(Collector):
+    """`ray_backend_available`: no series until Ray is first tried (a scheduler whose
+    placement is local by configuration has nothing to say), then 1 or 0."""
+
+    NAME = f"{PREFIX}_ray_backend_available"
+    HELP = "1 while the Ray placement backend answers, 0 while placement fell back to local."
+
+    def __init__(self) -> None:
+        self.value: float | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        value = self.value
+        if value is not None:
+            yield GaugeMetricFamily(self.NAME, self.HELP, value=value)
+
+    def describe(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(self.NAME, self.HELP)
+
+
 QUEUE_LABELS = ("queue", "resource", "unit")
 #: The gauges rebuilt each cycle: name (after the prefix) -> (help, labels).
 STATE_GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -184,9 +206,26 @@ class SchedulerMetrics:
         )
         self.state = _CycleState()
         registry.register(self.state)
+        self.ray_available = _RayAvailable()
+        registry.register(self.ray_available)
+        self.ray_fallbacks = Counter(
+            f"{PREFIX}_ray_backend_fallbacks",
+            "Times placement fell back from the Ray backend to the local one (Ray lost).",
+            registry=registry,
+        )
+        self._fallbacks_counted = 0
 
     def set_leader(self, leading: bool) -> None:
         self.leader.set(1 if leading else 0)
+
+    def set_ray_backend(self, status: RayStatus) -> None:
+        """The Ray backend's availability, and the fallbacks since it was last told."""
+        if not status.tried:
+            return
+        self.ray_available.value = 1.0 if status.available else 0.0
+        if status.fallbacks > self._fallbacks_counted:
+            self.ray_fallbacks.inc(status.fallbacks - self._fallbacks_counted)
+            self._fallbacks_counted = status.fallbacks
 
     def record_cycle(
         self,

@@ -8,7 +8,8 @@
       3. the binder applies the plan (evictions, gate lifts, binds in
          parallel with a live room check, statuses); binds are assumed in the
          cache until the watch shows them;
-      4. PodGroup and Queue statuses written where they changed, with Events.
+      4. PodGroup and Queue statuses written where they changed, with Events;
+         the Ray placement backend's state told when it changed (`ray_report`).
 
 The loop knows no kopf: the controller starts and stops it. A cycle runs when
 something changed (not our own PodGroup and Queue statuses coming back through
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kai_ray.decisions.cycle import CycleResult, run_cycle
+from kai_ray.decisions.placement import ray_link
 from kai_ray.decisions.plan import Bind, GroupStatus, Plan
 from kai_ray.decisions.totals import GroupTotals
 from kai_ray.decisions.usage import UsageState
@@ -42,6 +44,7 @@ from kai_ray.effects.kube import (
     WriteBacklog,
 )
 from kai_ray.effects.metrics import process_metrics
+from kai_ray.effects.ray_report import RayReport
 from kai_ray.effects.reporting import merge_condition, problems_condition
 from kai_ray.effects.status import pod_group_status, queue_statuses, waits_for_its_pods
 from kai_ray.state.cache import POD, POD_GROUP, QUEUE, ClusterCache, object_key
@@ -64,6 +67,7 @@ from kai_ray.workloads.membership import (
 )
 
 LOG = logging.getLogger("kai_ray.loop")
+LEASE = "Lease"
 WORKLOAD_KINDS = ("Job", "RayCluster", "RayJob", "Pod", "PodGang")
 
 
@@ -165,6 +169,8 @@ class SchedulingLoop:
         #: The problems last reported on each object, by (kind, key).
         self._problems: dict[tuple[str, str], str] = {}
         self.metrics = process_metrics()
+        #: The Ray placement backend's state, told on the leader Lease (when there is one).
+        self.ray_report = RayReport(self.metrics, self._post_lease_event)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -265,8 +271,23 @@ class SchedulingLoop:
             return [obj for _, obj in self.cache.items(POD_GROUP)]
 
     def _current(self, kind: str, key: str) -> Mapping[str, Any] | None:
+        if kind == LEASE:
+            return self._lease()
         with self.lock:
             return self.cache.get(kind, key)
+
+    def _lease(self) -> Mapping[str, Any] | None:
+        """The leader Lease as its Events need it (the cache does not hold Leases)."""
+        if self.elector is None:
+            return None
+        meta = {"uid": self.elector.uid} if self.elector.uid else {}
+        return {"apiVersion": "coordination.k8s.io/v1", "metadata": meta}
+
+    def _post_lease_event(self, warning: bool, reason: str, message: str) -> None:
+        """An Event on the leader Lease: the operator's own object (none without one)."""
+        if self.elector is not None:
+            ref = ObjectRef(LEASE, self.options.lease_name, self.options.lease_namespace)
+            self.writer.record_event(ref, warning, reason, message)
 
     def _room(self, bind: Bind) -> str | None:
         with self.lock:
@@ -391,6 +412,7 @@ class SchedulingLoop:
         self.metrics.record_cycle(
             snapshot, result, report, self.last_cycle_s, True, now=now, step_seconds=steps.laps
         )
+        self.ray_report.cycle_ended(ray_link.RAY_LINK.status(), self.cycles)
         if result.plan.binds or result.plan.evictions or self.last_cycle_s > 1.0:
             LOG.info(
                 "[cycle %d] %d bound, %d binding in the back, %d evicted, %d admitted, "

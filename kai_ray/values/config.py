@@ -84,6 +84,15 @@ class RayBackend(ApiModel):
         description="Join this Ray cluster (auto mode uses Ray only then); "
         "unset, mode always starts a local one.",
     )
+    queryTimeout: Duration = Field(
+        default="10s",
+        description="A Ray connection or room query taking longer counts as Ray lost: "
+        "placement falls back to the local backend (docs/placement.md).",
+    )
+    retryAfter: Duration = Field(
+        default="30s",
+        description="After Ray is lost, placement stays local this long before Ray is tried again.",
+    )
 
 
 class FragmentationScoring(ApiModel):

@@ -6,12 +6,17 @@ reads), optional `until`, and `expect`. The objects are written to a temporary
 folder, loaded, simulated and reported exactly as `kai-ray simulate` does; the
 report is then held against `expect`. A scenario file with an unknown key is an
 error, so a typo cannot turn an expectation into a no-op.
+
+`KAI_RAY_SCENARIO_BACKEND=ray` runs every scenario with the Ray placement backend
+(`rayBackend.mode: always`, a local Ray cluster); `test_scenarios_ray.py` holds
+the Ray backend's reports to the local backend's on every scenario.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +29,7 @@ from kai_ray.sim.engine import Simulation
 from kai_ray.sim.loader import load
 from kai_ray.sim.report import build_report
 from kai_ray.sim.run import parse_until
+from kai_ray.values.config import SchedulerConfig
 from kai_ray.values.errors import InvalidObjectError
 
 HERE = Path(__file__).resolve().parent
@@ -34,6 +40,8 @@ GPU = "nvidia.com/gpu"
 EVICTION_WORDS = ("consolidation", "stale-gang", "reclaim", "preempt")
 #: Default slack when a queue amount is compared with an exact number.
 QUEUE_TOLERANCE = 1e-6
+#: The placement backend the scenarios run with: "local" (numpy, the default) or "ray".
+BACKEND = os.environ.get("KAI_RAY_SCENARIO_BACKEND", "local")
 
 SCENARIO_KEYS = {"name", "rule", "objects", "until", "expect"}
 EXPECT_KEYS = {
@@ -183,10 +191,22 @@ class Outcome:
         return records[-1] if records else None
 
 
-def simulate(scenario: Scenario, folder: Path) -> Outcome:
+def with_backend(config: SchedulerConfig, backend: str) -> SchedulerConfig:
+    """The scenario's config, with Ray forced (at any size) when `backend` is "ray"."""
+    if backend == "local":
+        return config
+    if backend != "ray":
+        raise ValueError(f"KAI_RAY_SCENARIO_BACKEND is local or ray, not {backend!r}")
+    ray = config.spec.rayBackend.model_copy(update={"mode": "always"})
+    spec = config.spec.model_copy(update={"rayBackend": ray})
+    return config.model_copy(update={"spec": spec})
+
+
+def simulate(scenario: Scenario, folder: Path, backend: str = BACKEND) -> Outcome:
     objects = folder / "objects.yaml"
     objects.write_text(yaml.safe_dump_all(scenario.objects, sort_keys=False))
     sim_input = load([objects])
+    sim_input.config = with_backend(sim_input.config, backend)
     labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in sim_input.nodes}
     sim = Simulation(sim_input, until=parse_until(scenario.until))
     sim.run()

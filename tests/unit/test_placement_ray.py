@@ -1,26 +1,30 @@
-"""The Ray backend returns the local backend's plan exactly, on generated clusters.
+"""The Ray backend returns the local backend's plan exactly, on generated clusters,
+and so does a transaction that loses Ray midway (it goes on locally).
 
 Starts one local Ray (2 CPUs) for the module: about 4 s, see
-measurements of the Ray backend (docs/placement.md).
+measurements of the Ray backend (docs/placement.md); the test in which Ray comes
+back after being lost starts one more.
 """
 
 from __future__ import annotations
 
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kai_ray.decisions.placement import place_extras, place_gang
+from kai_ray.decisions.placement import place_extras, place_gang, ray_backend, ray_link
 from kai_ray.decisions.placement.backend import LocalBackend, RoomQuery
 from kai_ray.decisions.placement.backend_choice import backend_for, use_ray
 from kai_ray.decisions.placement.ray_backend import RayPlacementBackend, shard_of_nodes
+from kai_ray.decisions.placement.ray_link import RayLink
 from kai_ray.decisions.placement.shapes import shape_of
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.snapshot import Snapshot
+from kai_ray.values.clock import VirtualClock
 from kai_ray.values.config import RayBackend, SchedulerConfigSpec
 from tests.builders import make_node, make_pod, make_pod_group, make_topology
 from tests.unit.placement_setup import cluster
@@ -165,3 +169,70 @@ def test_auto_never_starts_a_local_ray_cluster(nodes: int) -> None:
 def test_local_backend_is_the_default_for_small_clusters() -> None:
     tx = Transaction(cluster([make_node("n").build()], [], []))
     assert isinstance(backend_for(tx, SchedulerConfigSpec()), LocalBackend)
+
+
+# ------------------------------------------------------- Ray lost mid-transaction
+
+
+@pytest.fixture
+def link_clock(monkeypatch: pytest.MonkeyPatch) -> VirtualClock:
+    """A fresh Ray link on a virtual clock (the backoff is waited out by moving it)."""
+    clock = VirtualClock(1_000_000.0)
+    monkeypatch.setattr(ray_link, "RAY_LINK", RayLink(clock))
+    return clock
+
+
+FALLING_BACK = SchedulerConfigSpec(rayBackend=RayBackend(mode="always", retryAfter="30s"))
+
+
+def plan_losing_ray(
+    snapshot: Snapshot, lose_ray: Callable[[], None] | None, after: int = 4
+) -> tuple[list[Any], list[str], str]:
+    """`plan` with the Ray backend, `lose_ray` called once `after` gangs were placed
+    through it; the binds, the reasons, and the backend the transaction ended on."""
+    tx = Transaction(snapshot)
+    ordered = sorted(snapshot.pod_groups.values(), key=lambda g: g.creation_timestamp)
+    reasons = [place_gang(tx, group, FALLING_BACK).reason for group in ordered[:after]]
+    if lose_ray is not None:
+        assert backend_for(tx, FALLING_BACK).name == "ray" and ray_backend.actors()
+        lose_ray()
+    reasons += [place_gang(tx, group, FALLING_BACK).reason for group in ordered[after:]]
+    for group in ordered:
+        place_extras(tx, group, FALLING_BACK)
+    tx.commit()
+    return tx.binds(), reasons, backend_for(tx, FALLING_BACK).name
+
+
+def kill_the_actors() -> None:
+    for actor in ray_backend.actors():
+        ray.kill(actor)
+
+
+def test_actors_killed_mid_transaction_give_the_local_plan_then_ray_after_the_backoff(
+    local_ray: None, link_clock: VirtualClock
+) -> None:
+    snapshot = generated(5)
+    local = plan(snapshot, "never")
+    assert plan_losing_ray(snapshot, kill_the_actors) == (*local, "local")
+    status = ray_link.RAY_LINK.status()
+    assert (status.available, status.fallbacks) == (False, 1)
+    assert "a room query" in status.reason and "Actor" in status.reason, status.reason
+    assert ray_backend.actors() == [] and not ray.is_initialized(), "a new session next time"
+    assert plan_losing_ray(snapshot, None) == (*local, "local"), "in the backoff: local"
+    assert not ray.is_initialized()
+    link_clock.advance_to(link_clock.now() + 30)
+    assert plan_losing_ray(snapshot, None) == (*local, "ray")  # a new local Ray, new actors
+    assert ray_link.RAY_LINK.status().available and len(ray_backend.actors()) == 2
+
+
+def test_ray_shut_down_mid_transaction_gives_the_local_plan(
+    local_ray: None, link_clock: VirtualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without this, Ray's first call after the shutdown starts a local cluster of its
+    # own (and then fails all the same): seconds for nothing.
+    monkeypatch.setattr("ray._private.auto_init_hook.enable_auto_connect", False, raising=False)
+    snapshot = generated(6)
+    local = plan(snapshot, "never")
+    assert plan_losing_ray(snapshot, ray.shutdown) == (*local, "local")
+    status = ray_link.RAY_LINK.status()
+    assert (status.available, status.fallbacks) == (False, 1) and status.reason

@@ -38,7 +38,10 @@ class RoomQuery:
 
 
 class PlacementBackend(Protocol):
-    name: str
+    @property
+    def name(self) -> str:
+        """ "local" or "ray": which backend answers the queries now."""
+        ...
 
     def domain_room(self, tx: Transaction, query: RoomQuery) -> list[Counts]:
         """Per level of `query.levels`, the room of every domain of that level."""

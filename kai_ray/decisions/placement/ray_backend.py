@@ -15,15 +15,23 @@ Another transaction using the actors in between makes the next query reload
 them first. `ray.init` joins `address` when one is set, else starts a local
 cluster (2 CPUs, no dashboard, worker logs not forwarded); the caller's SIGTERM
 handler is put back afterwards (a kopf operator must keep its own).
+Every failure of Ray (an address that does not answer, an actor that died, a
+query with no answer within the timeout) is raised as `RayUnavailable` after
+the connection is dropped (`ray.shutdown`, actors forgotten), so that the next
+try makes a new session and new actors; `backend_choice` then goes on locally.
 I/O: talks to Ray; holds no Kubernetes state.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
+import logging
 import signal
+import socket
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +40,7 @@ import numpy.typing as npt
 
 from kai_ray.decisions.placement.backend import Counts, Indices, RoomQuery, per_domain
 from kai_ray.decisions.placement.fit import Matrix, room
+from kai_ray.decisions.placement.ray_link import RayUnavailable
 from kai_ray.decisions.placement.shapes import PodShape
 from kai_ray.decisions.transaction import LevelKey, Transaction
 
@@ -41,30 +50,47 @@ SHARDS = 2
 MAX_SHARDS = 32
 #: Node sets the actors keep per transaction before they are told to forget them all.
 NODE_SETS = 256
+#: How long a room query (or reaching a Ray address) may take before Ray counts as
+#: lost, unless `rayBackend.queryTimeout` says otherwise: far above a query's cost
+#: (8 to 15 ms at 50,000 nodes) and a fresh actor's start (about a second).
+QUERY_TIMEOUT_S = 10.0
+LOG = logging.getLogger("kai_ray.placement")
 _lock = threading.Lock()
 _actors: list[Any] = []
 _tokens = itertools.count(1)
 
 
-def connect(address: str | None) -> Any:
+def connect(address: str | None, timeout_s: float = QUERY_TIMEOUT_S) -> Any:
     """The `ray` module, initialised once per process (joined, or a local cluster),
-    and the shard actors started (again when Ray was shut down and started since)."""
+    and the shard actors started (again when Ray was shut down and started since).
+    Raises `RayUnavailable` when Ray cannot be reached or started."""
     import ray
 
-    with _lock:
-        if not ray.is_initialized():
-            _init_keeping_sigterm(ray, address)
-        session = _session(ray)
-        if _actors and _Pool.session != session:
-            _actors.clear()
-        if not _actors:
-            actor = ray.remote(num_cpus=1)(Shard)
-            count = _shard_count(ray, address)
-            _actors.extend(
-                actor.options(scheduling_strategy="SPREAD").remote() for _ in range(count)
-            )
-            _Pool.session, _Pool.loaded = session, 0
+    try:
+        with _lock:
+            if not ray.is_initialized():
+                if address:
+                    _probe(address, timeout_s)
+                with _calling_ray(f"starting Ray ({address or 'a local cluster'})"):
+                    _init_keeping_sigterm(ray, address)
+            with _calling_ray("starting the shard actors"):
+                _start_actors(ray, address)
+    except RayUnavailable as err:
+        _drop_connection(err)
+        raise
     return ray
+
+
+def _start_actors(ray: Any, address: str | None) -> None:
+    """The shard actors of this session (started anew when the session is new)."""
+    session = _session(ray)
+    if _actors and _Pool.session != session:
+        _actors.clear()
+    if not _actors:
+        actor = ray.remote(num_cpus=1)(Shard)
+        count = _shard_count(ray, address)
+        _actors.extend(actor.options(scheduling_strategy="SPREAD").remote() for _ in range(count))
+        _Pool.session, _Pool.loaded = session, 0
 
 
 def actors() -> list[Any]:
@@ -86,7 +112,8 @@ def _shard_count(ray: Any, address: str | None) -> int:
 
 
 def disconnect() -> None:
-    """Stop this process's Ray (a local cluster it started goes with it)."""
+    """Stop this process's Ray (a local cluster it started goes with it; a joined
+    cluster drops this driver's actors with it)."""
     import ray
 
     with _lock:
@@ -94,6 +121,49 @@ def disconnect() -> None:
         _Pool.loaded = 0
         if ray.is_initialized():
             ray.shutdown()
+
+
+def _drop_connection(why: RayUnavailable) -> None:
+    """After a failure: the actors forgotten and Ray shut down, so that the next
+    try starts a new session (a shutdown that fails too is only logged)."""
+    LOG.debug("dropping the Ray connection: %s", why)
+    try:
+        disconnect()
+    except Exception as err:
+        LOG.debug("ray.shutdown failed too: %s", err)
+
+
+@contextlib.contextmanager
+def _calling_ray(what: str, timeout_s: float | None = None) -> Iterator[None]:
+    """Any exception of the calls to Ray inside, as `RayUnavailable` saying what
+    failed. (Ray raises its own errors, `ConnectionError`, and bare `Exception`.)"""
+    try:
+        yield
+    except TimeoutError as err:
+        within = f" within {timeout_s:g} s" if timeout_s else ""
+        raise RayUnavailable(f"{what}: no answer{within}") from err
+    except Exception as err:
+        raise RayUnavailable(f"{what}: {type(err).__name__}: {err}") from err
+
+
+def _probe(address: str, timeout_s: float) -> None:
+    """Refuse at once to join a Ray cluster whose address does not answer: `ray.init`
+    keeps trying an unreachable address for minutes (measured: over a minute)."""
+    target = _host_port(address)
+    if target is None:
+        return  # "auto", or no port to try: ray.init finds out
+    try:
+        socket.create_connection(target, timeout=timeout_s).close()
+    except OSError as err:
+        raise RayUnavailable(f"cannot reach Ray at {address}: {err}") from err
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """`host:port` of `ray://host:port` or `host:port`; None without a port."""
+    host, colon, port = address.split("://", 1)[-1].rpartition(":")
+    if not colon or not port.isdigit() or not host:
+        return None
+    return host.strip("[]"), int(port)
 
 
 def _init_keeping_sigterm(ray: Any, address: str | None) -> None:
@@ -114,7 +184,9 @@ def _init(ray: Any, address: str | None) -> None:
     if address:
         ray.init(address=address, log_to_driver=False)
     else:
-        ray.init(num_cpus=SHARDS, include_dashboard=False, log_to_driver=False)
+        # "local": a cluster of its own, even when another's address is recorded
+        # on the machine (`/tmp/ray/ray_current_cluster`, which plain init would join).
+        ray.init(address="local", num_cpus=SHARDS, include_dashboard=False, log_to_driver=False)
 
 
 @dataclass
@@ -224,8 +296,11 @@ class _Pool:
 class RayPlacementBackend:
     name = "ray"
 
-    def __init__(self, tx: Transaction, address: str | None) -> None:
-        self._ray = connect(address)
+    def __init__(
+        self, tx: Transaction, address: str | None, timeout_s: float = QUERY_TIMEOUT_S
+    ) -> None:
+        self._ray = connect(address, timeout_s)
+        self._timeout_s = timeout_s
         self._actors = list(_actors)
         self._token = 0
         self._seen = 0
@@ -243,10 +318,25 @@ class RayPlacementBackend:
         self._node_sets: dict[int, tuple[Indices, int, list[Indices]]] = {}
 
     def domain_room(self, tx: Transaction, query: RoomQuery) -> list[Counts]:
-        with _lock:
-            deltas = self._sync(tx)
-            number, parts, fresh, forget = self._node_set(query.nodes)
-            slim = dataclasses.replace(query.shape, fraction=np.zeros(0))
+        """The shards' answers summed; `RayUnavailable` (the connection dropped) when
+        Ray fails or does not answer within the timeout."""
+        try:
+            with _lock:
+                results = self._ask(tx, query)
+        except RayUnavailable as err:
+            _drop_connection(err)
+            raise
+        return [
+            sum((r[i] for r in results), np.zeros_like(results[0][i]))
+            for i in range(len(query.levels))
+        ]
+
+    def _ask(self, tx: Transaction, query: RoomQuery) -> list[list[Counts]]:
+        """Every shard's per-level room for the query (under `_lock`)."""
+        deltas = self._sync(tx)
+        number, parts, fresh, forget = self._node_set(query.nodes)
+        slim = dataclasses.replace(query.shape, fraction=np.zeros(0))
+        with _calling_ray("a room query", self._timeout_s):
             refs = [
                 actor.room.remote(
                     self._token,
@@ -262,11 +352,8 @@ class RayPlacementBackend:
                     self._actors, deltas, parts, self._members, strict=True
                 )
             ]
-            results: list[list[Counts]] = self._ray.get(refs)
-        return [
-            sum((r[i] for r in results), np.zeros_like(results[0][i]))
-            for i in range(len(query.levels))
-        ]
+            results: list[list[Counts]] = self._ray.get(refs, timeout=self._timeout_s)
+        return results
 
     def _sync(self, tx: Transaction) -> list[Delta | None]:
         """Per shard, what changed since its last query; the whole state when the
@@ -303,7 +390,8 @@ class RayPlacementBackend:
                 tx.devices[members],
                 tx.whole_free[members],
             )
-            actor.load.remote(self._token, state)
+            with _calling_ray("loading the shard actors"):
+                actor.load.remote(self._token, state)
             arrays = [state.free, state.devices, state.whole_free]
             arrays += [domain for domain, _ in state.levels.values()]
             self.shard_bytes.append(sum(a.nbytes for a in arrays))
