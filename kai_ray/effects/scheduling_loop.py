@@ -14,8 +14,8 @@
 The loop knows no kopf: the controller starts and stops it. A cycle runs when
 something changed (not our own PodGroup and Queue statuses coming back through
 the watch: they are kept, and the next cycle reads them), when the plan asked
-to wake, or at least every `idle_cycle_s` (usage keeps decaying). Nothing here raises out of a cycle: a
-broken cycle is logged and the next one tries again.
+to wake, or at least every `idle_cycle_s` (usage keeps decaying). Nothing here
+raises out of a cycle: a broken cycle is logged and the next one tries again.
 """
 
 from __future__ import annotations
