@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kai_ray.decisions.admission import TypedKey, is_preemptible, typed_gpus, typed_keys
 from kai_ray.decisions.ordering import group_priority
@@ -122,25 +122,33 @@ class _Kept:
     value: Any
 
 
+class Follower(Protocol):
+    """A value derived from the waiting groups that follows a new tuple of them by
+    what changed (`KeptForWaiting`)."""
+
+    def follow(self, waiting: tuple[PodGroupState, ...]) -> None: ...
+
+
+F = TypeVar("F", bound=Follower)
+
+
 class KeptForWaiting:
     """Values derived from the snapshot's waiting groups alone (what they ask, their
-    candidates in queue order), kept from cycle to cycle while the cache hands the
-    very same tuple of them (it makes a new one when any waiting group changes,
-    comes or goes): a deep backlog that waits unchanged is walked once, not once
-    per cycle and action."""
+    candidates in queue order), kept from cycle to cycle: the cache makes a new
+    tuple of them when any waiting group changes, comes or goes, and each value
+    then follows it by the groups that are not the very objects it last saw. A
+    deep backlog is walked once, not once per cycle and action; a backlog into
+    which a hundred gangs came costs those hundred and a glance at the rest."""
 
     def __init__(self) -> None:
         self._kept: dict[MemoKey[Any], tuple[tuple[PodGroupState, ...], Any]] = {}
 
-    def get(
-        self, slot: MemoKey[T], waiting: tuple[PodGroupState, ...], build: Callable[[], T]
-    ) -> T:
+    def get(self, slot: MemoKey[F], waiting: tuple[PodGroupState, ...], make: Callable[[], F]) -> F:
         found = self._kept.get(slot)
-        if found is not None and found[0] is waiting:
-            value: T = found[1]
-            return value
-        value = build()
-        self._kept[slot] = (waiting, value)
+        value: F = make() if found is None else found[1]
+        if found is None or found[0] is not waiting:
+            value.follow(waiting)
+            self._kept[slot] = (waiting, value)
         return value
 
 
@@ -149,11 +157,18 @@ PER_WAITING = MemoKey[KeptForWaiting]("values kept for the waiting groups")
 
 
 def kept_for_waiting(
-    memo: CycleMemo, slot: MemoKey[T], waiting: tuple[PodGroupState, ...], build: Callable[[], T]
-) -> T:
-    """`KeptForWaiting.get` of the cycle's kept values, else built once per cycle."""
+    memo: CycleMemo, slot: MemoKey[F], waiting: tuple[PodGroupState, ...], make: Callable[[], F]
+) -> F:
+    """`KeptForWaiting.get` of the cycle's kept values, else made once per cycle."""
     kept = memo.find(PER_WAITING, None)
-    return memo.get(slot, None, build) if kept is None else kept.get(slot, waiting, build)
+    if kept is not None:
+        return kept.get(slot, waiting, make)
+    return memo.get(slot, None, lambda: _following(make(), waiting))
+
+
+def _following(value: F, waiting: tuple[PodGroupState, ...]) -> F:
+    value.follow(waiting)
+    return value
 
 
 #: The cycle's handle on the values kept per group (`CycleMemo` slot; absent when

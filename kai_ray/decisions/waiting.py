@@ -1,4 +1,4 @@
-"""What the waiting gangs ask, worked out once while they wait unchanged.
+"""What the waiting gangs ask, followed from cycle to cycle by what changed.
 
 Several actions first glance over every waiting gang to learn whether any
 attempt could come to something (`consolidate.some_could_be_tried`,
@@ -6,14 +6,17 @@ attempt could come to something (`consolidate.some_could_be_tried`,
 orders them all by queue. Those glances read only a gang's queue, namespace,
 missing request, priority and whether it is preemptible, and the order only
 its candidate (`ordering.candidate_for`). Both are kept for the snapshot's
-tuple of waiting groups (`totals.KeptForWaiting`), so a cycle over a backlog
-that did not change reads a handful of asks and copies sorted lists instead of
-visiting thousands of gangs. Pure: no I/O.
+tuple of waiting groups (`totals.KeptForWaiting`) and follow a new tuple by the
+groups that are not the very objects seen last (the cache keeps a group's state
+while nothing of it changed): a cycle over a backlog that did not change reads
+a handful of asks and copies sorted lists, and one into which a hundred gangs
+came works out those hundred, not the thousands beside them. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import bisect
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kai_ray.decisions.admission import is_preemptible
@@ -23,11 +26,16 @@ from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.state.groups import PodGroupState
 from kai_ray.values.resources import Resources
 
+AskKey = tuple[str, str, Resources, int, bool]
+#: Past this share of the groups changed, a follower starts afresh (sorting once
+#: costs less than inserting that many one by one).
+AFRESH_FROM = 0.25
+
 
 @dataclass(frozen=True)
 class Ask:
-    """What some waiting gangs have alike, with the first of them (admission reads
-    a gang's queue and namespace only)."""
+    """What some waiting gangs have alike, with one of them (admission reads only
+    a gang's queue and namespace, which are the ask's)."""
 
     queue: str
     namespace: str
@@ -37,39 +45,120 @@ class Ask:
     group: PodGroupState
 
 
-ASKS = MemoKey[tuple[Ask, ...]]("what the waiting gangs ask")
-CANDIDATES = MemoKey[Mapping[str, tuple[Candidate, ...]]]("waiting candidates per queue")
+def ask_of(group: PodGroupState) -> AskKey:
+    candidate = candidate_for(group)
+    preemptible = is_preemptible(group, candidate.priority)
+    return (group.queue, group.namespace, candidate.request, candidate.priority, preemptible)
 
 
-def waiting_asks(tx: Transaction) -> tuple[Ask, ...]:
-    """Each distinct ask of the snapshot's waiting groups (`Snapshot.waiting_groups`),
-    in the order first met."""
-    waiting = tx.snapshot.waiting_groups
-    return kept_for_waiting(tx.memo, ASKS, waiting, lambda: _asks(waiting))
+class _Seen:
+    """The waiting groups a follower last saw, by key."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[str, PodGroupState] = {}
+
+    def changes(
+        self, waiting: tuple[PodGroupState, ...]
+    ) -> tuple[list[PodGroupState], list[PodGroupState]]:
+        """(came, went): the groups of `waiting` that are not the very objects seen
+        last (new, or changed), and the states seen last that are gone or changed.
+        Remembers `waiting` as seen."""
+        before = self.by_key
+        came: list[PodGroupState] = []
+        went: list[PodGroupState] = []
+        for group in waiting:
+            old = before.get(group.key)
+            if old is not group:
+                came.append(group)
+                if old is not None:
+                    went.append(old)
+        still_there = len(waiting) - len(came) + len(went)
+        if still_there != len(before):
+            present = {group.key for group in waiting}
+            gone = [old for key, old in before.items() if key not in present]
+            for old in gone:
+                del before[old.key]
+            went.extend(gone)
+        for group in came:
+            before[group.key] = group
+        return came, went
 
 
-def _asks(groups: tuple[PodGroupState, ...]) -> tuple[Ask, ...]:
-    found: dict[tuple[str, str, Resources, int, bool], Ask] = {}
-    for group in groups:
-        candidate = candidate_for(group)
-        preemptible = is_preemptible(group, candidate.priority)
-        key = (group.queue, group.namespace, candidate.request, candidate.priority, preemptible)
-        if key not in found:
-            found[key] = Ask(*key, group)
-    return tuple(found.values())
+class WaitingAsks:
+    """Each distinct ask of the waiting groups (`asks`), with how many ask it."""
+
+    def __init__(self) -> None:
+        self.seen = _Seen()
+        self._count: dict[AskKey, int] = {}
+        self._one: dict[AskKey, PodGroupState] = {}
+        self.asks: tuple[Ask, ...] = ()
+
+    def follow(self, waiting: tuple[PodGroupState, ...]) -> None:
+        came, went = self.seen.changes(waiting)
+        count, one = self._count, self._one
+        for group in went:
+            key = ask_of(group)
+            count[key] -= 1
+            if not count[key]:
+                del count[key], one[key]
+        for group in came:
+            key = ask_of(group)
+            count[key] = count.get(key, 0) + 1
+            one.setdefault(key, group)
+        if came or went:
+            self.asks = tuple(Ask(*key, group) for key, group in one.items())
 
 
-def waiting_candidates(tx: Transaction) -> Mapping[str, tuple[Candidate, ...]]:
-    """Per leaf queue, the candidates of the snapshot's waiting groups none of whose
-    bound members is being deleted (`ordering.releasing_members`), best first
-    (`ordering.job_key`): `ordering.waits` less what the transaction placed."""
-    waiting = tx.snapshot.waiting_groups
-    return kept_for_waiting(tx.memo, CANDIDATES, waiting, lambda: _candidates(waiting))
+class WaitingCandidates:
+    """Per leaf queue, the candidates of the waiting groups none of whose bound
+    members is being deleted (`ordering.releasing_members`), best first
+    (`ordering.job_key`, a total order: the lists are what sorting them afresh
+    gives, however they were followed)."""
+
+    def __init__(self) -> None:
+        self.seen = _Seen()
+        self.by_queue: dict[str, list[Candidate]] = {}
+
+    def follow(self, waiting: tuple[PodGroupState, ...]) -> None:
+        came, went = self.seen.changes(waiting)
+        if len(came) > AFRESH_FROM * len(waiting):
+            self.by_queue = _sorted(waiting)
+            return
+        if went:
+            gone = {group.key for group in went}
+            for queue in {group.queue for group in went}:
+                jobs = self.by_queue.get(queue)
+                if jobs is not None:
+                    self.by_queue[queue] = [c for c in jobs if c.group.key not in gone]
+        for group in came:
+            if not releasing_members(group):
+                jobs = self.by_queue.setdefault(group.queue, [])
+                bisect.insort(jobs, candidate_for(group), key=job_key)
+        for queue in [queue for queue, jobs in self.by_queue.items() if not jobs]:
+            del self.by_queue[queue]
 
 
-def _candidates(groups: tuple[PodGroupState, ...]) -> Mapping[str, tuple[Candidate, ...]]:
+def _sorted(groups: tuple[PodGroupState, ...]) -> dict[str, list[Candidate]]:
     by_queue: dict[str, list[Candidate]] = {}
     for group in groups:
         if not releasing_members(group):
             by_queue.setdefault(group.queue, []).append(candidate_for(group))
-    return {queue: tuple(sorted(jobs, key=job_key)) for queue, jobs in by_queue.items()}
+    for jobs in by_queue.values():
+        jobs.sort(key=job_key)
+    return by_queue
+
+
+ASKS = MemoKey[WaitingAsks]("what the waiting gangs ask")
+CANDIDATES = MemoKey[WaitingCandidates]("waiting candidates per queue")
+
+
+def waiting_asks(tx: Transaction) -> tuple[Ask, ...]:
+    """Each distinct ask of the snapshot's waiting groups (`Snapshot.waiting_groups`)."""
+    return kept_for_waiting(tx.memo, ASKS, tx.snapshot.waiting_groups, WaitingAsks).asks
+
+
+def waiting_candidates(tx: Transaction) -> Mapping[str, Sequence[Candidate]]:
+    """Per leaf queue, the waiting candidates in order (`WaitingCandidates`):
+    `ordering.waits` less what the transaction placed. Read only: copy to change."""
+    waiting = tx.snapshot.waiting_groups
+    return kept_for_waiting(tx.memo, CANDIDATES, waiting, WaitingCandidates).by_queue

@@ -1,0 +1,140 @@
+"""What the waiting gangs ask and their candidates in queue order, followed from
+tuple to tuple of waiting groups (`decisions/waiting.py`), are what working them
+out afresh gives, on random sequences of backlogs: gangs that come, go, change
+(request, priority, queue, creation, a member being deleted) or stay the very
+same object."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kai_ray.decisions import waiting
+from kai_ray.decisions.waiting import WaitingAsks, WaitingCandidates, _sorted, ask_of
+from kai_ray.state.groups import PodGroupState
+from kai_ray.state.snapshot import ClusterObjects, build_snapshot
+from tests.builders import make_node, make_pod, make_pod_group, make_queue
+
+GROUPS = 10
+#: How each variant of a group differs: (queue, GPUs per pod, priority class,
+#: creation second, namespace, a bound member being deleted).
+VARIANTS: tuple[tuple[str, int, str | None, int, str, bool], ...] = (
+    ("team-a", 1, None, 10, "ml", False),
+    ("team-a", 2, None, 10, "ml", False),
+    ("team-a", 1, "inference", 10, "ml", False),
+    ("team-b", 1, None, 10, "ml", False),
+    ("team-a", 1, None, 5, "other", False),
+    ("team-a", 1, None, 10, "ml", True),
+)
+
+
+def _variant_objects(variant: int) -> list[dict[str, Any]]:
+    queue, gpus, priority, created, namespace, releasing = VARIANTS[variant]
+    objects: list[dict[str, Any]] = []
+    for i in range(GROUPS):
+        group = (
+            make_pod_group(f"g{i}", namespace).queue(queue).min_member(3).created(created + i % 3)
+        )
+        if priority is not None:
+            group = group.priority_class(priority)
+        objects.append(group.build())
+        for p in range(2):
+            pod = make_pod(f"g{i}-p{p}", namespace).group(f"g{i}").gpus(gpus).created(created)
+            objects.append(pod.build())
+        if releasing:
+            bound = make_pod(f"g{i}-b", namespace).group(f"g{i}").gpus(gpus).on("n0")
+            objects.append(bound.set("metadata.deletionTimestamp", "2026-01-01T00:00:00Z").build())
+    return objects
+
+
+def _pool() -> dict[tuple[int, int], PodGroupState]:
+    """Every (group, variant) as a waiting group state of its own."""
+    pool: dict[tuple[int, int], PodGroupState] = {}
+    queues = [make_queue(q).gpu(quota=8).build() for q in ("team-a", "team-b")]
+    node = make_node("n0").gpus(8).build()
+    for variant in range(len(VARIANTS)):
+        objects = _variant_objects(variant)
+        snapshot = build_snapshot(
+            ClusterObjects(
+                nodes=[node],
+                pods=[o for o in objects if o["kind"] == "Pod"],
+                pod_groups=[o for o in objects if o["kind"] == "PodGroup"],
+                queues=queues,
+            )
+        )
+        by_name = {group.name: group for group in snapshot.waiting_groups}
+        for i in range(GROUPS):
+            pool[(i, variant)] = by_name[f"g{i}"]
+    return pool
+
+
+POOL = _pool()
+
+backlog = st.dictionaries(
+    st.integers(0, GROUPS - 1), st.integers(0, len(VARIANTS) - 1), max_size=GROUPS
+)
+#: One change to a backlog: a group comes or changes to a variant (a variant), or goes (None).
+edit = st.tuples(st.integers(0, GROUPS - 1), st.none() | st.integers(0, len(VARIANTS) - 1))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    start=backlog,
+    edits=st.lists(st.lists(edit, max_size=3), min_size=1, max_size=10),
+    afresh_from=st.sampled_from([waiting.AFRESH_FROM, 2.0]),
+    order=st.randoms(use_true_random=False),
+)
+def test_followed_candidates_and_asks_are_what_afresh_gives(
+    start: dict[int, int],
+    edits: list[list[tuple[int, int | None]]],
+    afresh_from: float,
+    order: Any,
+) -> None:
+    """Each step is the last backlog with a few edits, in a shuffled order (the
+    cache's tuple follows its own order); `afresh_from` 2.0 never starts afresh."""
+    kept = waiting.AFRESH_FROM
+    waiting.AFRESH_FROM = afresh_from
+    try:
+        candidates, asks = WaitingCandidates(), WaitingAsks()
+        current = dict(start)
+        for step in [[], *edits]:
+            for group, variant in step:
+                if variant is None:
+                    current.pop(group, None)
+                else:
+                    current[group] = variant
+            picks = list(current.items())
+            order.shuffle(picks)
+            _check(candidates, asks, tuple(POOL[pick] for pick in picks))
+    finally:
+        waiting.AFRESH_FROM = kept
+
+
+def _check(
+    candidates: WaitingCandidates, asks: WaitingAsks, backlog: tuple[PodGroupState, ...]
+) -> None:
+    candidates.follow(backlog)
+    asks.follow(backlog)
+    fresh = _sorted(backlog)
+    assert {q: [c.group for c in jobs] for q, jobs in candidates.by_queue.items()} == {
+        q: [c.group for c in jobs] for q, jobs in fresh.items()
+    }
+    assert {q: list(jobs) for q, jobs in candidates.by_queue.items()} == fresh
+    followed = {(a.queue, a.namespace, a.request, a.priority, a.preemptible) for a in asks.asks}
+    assert followed == {ask_of(group) for group in backlog}
+    assert len(asks.asks) == len(followed)
+    for ask in asks.asks:
+        assert (ask.group.queue, ask.group.namespace) == (ask.queue, ask.namespace)
+
+
+def test_the_pool_has_what_the_sequences_need() -> None:
+    """Each variant differs from the first in what it is meant to (else the property
+    above would follow fewer kinds of change than it claims)."""
+    first = POOL[(0, 0)]
+    keys = {ask_of(POOL[(0, v)]) for v in range(len(VARIANTS))}
+    assert len(keys) == len(VARIANTS) - 1  # the releasing variant asks what the first does
+    assert POOL[(0, 5)].bound and not POOL[(0, 0)].bound
+    assert [c.group for c in _sorted((POOL[(0, 5)],)).get("team-a", [])] == []
+    assert POOL[(1, 0)].creation_timestamp != first.creation_timestamp
