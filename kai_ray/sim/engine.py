@@ -17,7 +17,6 @@ simulated. Same input, same output. No I/O.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import heapq
@@ -44,6 +43,7 @@ from kai_ray.sim.writer import SimWriter
 from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, TOPOLOGY, ClusterCache
 from kai_ray.state.dra_status import Consumer
 from kai_ray.state.heap import long_lived_heap
+from kai_ray.state.memo import json_copy
 from kai_ray.state.snapshot import ClusterObjects, Snapshot
 from kai_ray.values.api import Queue
 from kai_ray.values.clock import SIM_EPOCH_S, VirtualClock, rfc3339
@@ -72,13 +72,16 @@ class _Job:
     record: JobRecord
     group_key: str
     group: dict[str, Any]
-    pods: list[dict[str, Any]]
+    #: The pods as the input gives them (shared with it); copied into `pods` at
+    #: submission, so a week of jobs is not held twice before it is submitted.
+    templates: Sequence[Mapping[str, Any]]
     duration: float | None
     #: How long an evicted pod of the job holds its node before it is gone.
     grace: float = 0.0
     #: Bumped each time the job loses its gang, so that an old completion is ignored.
     epoch: int = 0
     running: bool = False
+    pods: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Simulation:
@@ -159,16 +162,16 @@ class Simulation:
     def _schedule_submissions(self) -> None:
         for workload in self.sim.workloads:
             for group, group_pods in zip(workload.groups, workload.pods, strict=True):
-                pods = [copy.deepcopy(pod) for pod in group_pods]
                 pg = group.pod_group.model_dump(mode="json", exclude_none=True)
-                job = _new_job(pg, pods, workload.ref.kind, workload.submit_at, workload.duration)
+                kind = workload.ref.kind
+                job = _new_job(pg, group_pods, kind, workload.submit_at, workload.duration)
                 job.grace = termination_grace(workload.raw, workload.ref)
                 self._push(workload.submit_at, SUBMIT, job)
         members = _members_by_group(d.raw for d in self.sim.member_pods)
         for explicit, submit_at, duration in self.sim.pod_groups:
             pg = explicit.model_dump(mode="json", exclude_none=True)
             named = (explicit.metadata.namespace or "default", explicit.metadata.name)
-            pods = [copy.deepcopy(dict(raw)) for raw in members.get(named, ())]
+            pods = members.get(named, [])
             job = _new_job(pg, pods, "PodGroup", submit_at, duration)
             job.grace = termination_grace(pg, explicit_ref(explicit))
             self._push(submit_at, SUBMIT, job)
@@ -206,6 +209,7 @@ class Simulation:
         now = self.clock.now()
         stamp = _timestamp(now)
         job.group["metadata"]["creationTimestamp"] = stamp
+        job.pods = [json_copy(pod) for pod in job.templates]
         for pod in job.pods:
             pod.setdefault("metadata", {})["creationTimestamp"] = stamp
             self._created(pod)
@@ -617,7 +621,7 @@ def _members_by_group(
 
 def _new_job(
     pg: dict[str, Any],
-    pods: list[dict[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
     kind: str,
     submit_at: float,
     duration: float | None,

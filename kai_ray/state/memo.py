@@ -60,7 +60,7 @@ class ValidatedCache(Generic[Model]):
         if entry is not None and entry[0] == obj:
             return entry[1]
         model = validate(obj)
-        self.entries[key] = (_copied(obj), model)
+        self.entries[key] = (json_copy(obj), model)
         return model
 
     def keep_only(self, keys: set[str]) -> None:
@@ -68,12 +68,12 @@ class ValidatedCache(Generic[Model]):
             self.entries = {k: v for k, v in self.entries.items() if k in keys}
 
 
-def _copied(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+def json_copy(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A deep copy of an object as the API gives it: through JSON (orjson), seven
     times as fast as `copy.deepcopy`; deepcopy for what JSON would change (a
     YAML date, say), so the copy is always equal to the object."""
     try:
-        copied: Mapping[str, Any] = orjson.loads(orjson.dumps(obj))
+        copied: dict[str, Any] = orjson.loads(orjson.dumps(obj))
     except TypeError:
         return copy.deepcopy(dict(obj))
     return copied if copied == obj else copy.deepcopy(dict(obj))
