@@ -171,7 +171,9 @@ def core(admin_api: client.ApiClient) -> client.CoreV1Api:
 def namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> Iterator[str]:
     """A fresh namespace for one test, deleted (asynchronously) afterwards."""
     base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = f"{base}-{uuid.uuid4().hex[:6]}"
+    # The suffix is the sandbox's tag, a label value too: it starts with a letter, so
+    # that YAML never reads it as a number ("959e32" is a float to kubectl).
+    name = f"{base}-k{uuid.uuid4().hex[:5]}"
     core.create_namespace({"metadata": {"name": name, "labels": {"kai-ray.io/e2e": "true"}}})
     # pods need the namespace's default ServiceAccount, made by the controller-manager
     deadline = time.monotonic() + 30
