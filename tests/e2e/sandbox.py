@@ -219,7 +219,8 @@ class Sandbox:
                     resource_version=version,
                     timeout_seconds=300,
                 ):
-                    seen.append((event["type"], event["object"]))
+                    if event:  # a stream cut short by `stop` may end on an empty event
+                        seen.append((event["type"], event["object"]))
 
         thread = threading.Thread(target=run, name="pod-history", daemon=True)
         thread.start()
