@@ -102,7 +102,11 @@ def _lost_member_readmitted(f: GroupFacts) -> bool:
 
 
 def _lost_member_refused(f: GroupFacts) -> bool:
-    return not _minimum_runs(f) and f.admitted is False
+    """Its missing members do not fit, or every pod went (deleted, none finished: a
+    RayJob's cluster torn down, say) and the plan admitted nothing in their place."""
+    if _minimum_runs(f):
+        return False
+    return f.admitted is False or (f.live == 0 and f.admitted is not True)
 
 
 def _eviction_done(f: GroupFacts) -> bool:
@@ -153,7 +157,7 @@ TRANSITIONS: tuple[Edge, ...] = (
         RUNNING,
         PENDING,
         _lost_member_refused,
-        "fewer than minMember pods run and the missing ones do not fit",
+        "fewer than minMember pods run and the missing ones do not fit (or every pod is gone)",
     ),
     # ---- Evicted: its pods are being taken; it stays so until they are gone.
     Edge(EVICTED, ADMITTED, _admitted, "the evicted gang fits again and is re-admitted"),

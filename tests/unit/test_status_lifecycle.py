@@ -99,6 +99,8 @@ def test_every_edge_says_why() -> None:
         pytest.param(A, facts(), A, id="admitted while its workload makes its pods"),
         pytest.param(R, facts(bound=6, running=6, admitted=True), R, id="extras do not move it"),
         pytest.param(R, facts(bound=3, running=3), R, id="a lost member alone, plan silent"),
+        pytest.param(R, facts(), P, id="every pod deleted, none finished: it waits for pods"),
+        pytest.param(R, facts(pending=4, admitted=True), A, id="every pod replaced and admitted"),
         pytest.param(E, facts(bound=4, running=4), E, id="evicted while its pods terminate"),
         pytest.param(E, facts(bound=4, admitted=False), E, id="evicted, pods not gone, refused"),
         pytest.param(S, facts(succeeded=4), S, id="finished stays finished"),
