@@ -29,7 +29,7 @@ from kai_ray.decisions.placement.mix import ClassCounts
 from kai_ray.decisions.transaction import CycleMemo, MemoKey
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
-from kai_ray.state.snapshot import Snapshot
+from kai_ray.state.snapshot import Snapshot, differences
 from kai_ray.values.resources import GPU, Resources
 
 #: Every finite float is an integer number of 2**-1074 (the smallest subnormal).
@@ -240,13 +240,12 @@ class GroupTotals:
         self._labels = snapshot.labels
         if groups is self._groups:
             return self
-        before = self._groups or {}
-        for key in before.keys() - groups.keys():
+        gone, changed = differences(self._groups, groups, snapshot.groups_changed)
+        for key in gone:
             self._drop(key)
-        for key, group in groups.items():
-            if before.get(key) is not group:
-                self._drop(key)
-                self._take(key, _part(snapshot, group, self._typed_keys(snapshot, group.queue)))
+        for key, group in changed:
+            self._drop(key)
+            self._take(key, _part(snapshot, group, self._typed_keys(snapshot, group.queue)))
         self._groups = groups
         return self
 
@@ -269,15 +268,14 @@ class GroupTotals:
             self._pods, self._foreign, self._scheduler = None, {}, scheduler_name
         if pods is self._pods:
             return
-        before = self._pods or {}
-        for key in before.keys() - pods.keys():
+        gone, changed = differences(self._pods, pods, snapshot.pods_changed)
+        for key in gone:
             self._foreign.pop(key, None)
-        for key, pod in pods.items():
-            if before.get(key) is not pod:
-                if pod.scheduler != scheduler_name and not pod.terminal:
-                    self._foreign[key] = pod
-                else:
-                    self._foreign.pop(key, None)
+        for key, pod in changed:
+            if pod.scheduler != scheduler_name and not pod.terminal:
+                self._foreign[key] = pod
+            else:
+                self._foreign.pop(key, None)
         self._pods = pods
 
     def demand(self) -> dict[str, Resources]:

@@ -509,6 +509,9 @@ class SnapshotKeeper:
             pending_pods=self._pending_pods(),
             problems=self._problems(),
             waiting_groups=self._waiting_groups(),
+            # Read after publishing (the keyword arguments above ran first).
+            pods_changed=self.pods.changed,
+            groups_changed=self.states.changed,
         )
 
     def _waiting_groups(self) -> tuple[PodGroupState, ...]:

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from kai_ray.state.pod_states import PodState
+from kai_ray.state.snapshot import Changed
 from kai_ray.values.errors import Problem
 
 Obj = Mapping[str, Any]
@@ -65,7 +66,9 @@ class Rebuild(Exception):
 
 class Ordered:
     """A dict kept in the order of its keys' places, copied before a change once a
-    snapshot shares it (so a published snapshot never changes)."""
+    snapshot shares it (so a published snapshot never changes). Publishing with no
+    change since gives the same mapping again; otherwise `changed` says which keys
+    differ from the mapping published before (`snapshot.Changed`)."""
 
     def __init__(self, place: Callable[[str], int]) -> None:
         self.items: dict[str, Any] = {}
@@ -73,6 +76,10 @@ class Ordered:
         self._last = -1
         self._shared = False
         self._unordered = False
+        self._published: MappingProxyType[str, Any] | None = None
+        #: Keys set or popped since the last publishing.
+        self._since: set[str] = set()
+        self.changed: Changed | None = None
 
     def set(self, key: str, value: Any) -> None:
         self._own()
@@ -81,18 +88,28 @@ class Ordered:
             self._unordered = self._unordered or place < self._last
             self._last = max(self._last, place)
         self.items[key] = value
+        self._since.add(key)
 
     def pop(self, key: str) -> None:
         if key in self.items:
             self._own()
             del self.items[key]
+            self._since.add(key)
 
     def published(self) -> MappingProxyType[str, Any]:
+        before = self._published
+        if before is not None and not self._since and not self._unordered:
+            self.changed = Changed(before, before, ())
+            return before
         if self._unordered:
             self.items = {k: self.items[k] for k in sorted(self.items, key=self._place)}
             self._unordered = False
         self._shared = True
-        return MappingProxyType(self.items)
+        now = MappingProxyType(self.items)
+        keys = tuple(sorted(self._since, key=self._place))
+        self.changed = None if before is None else Changed(before, now, keys)
+        self._published, self._since = now, set()
+        return now
 
     def _own(self) -> None:
         if self._shared:

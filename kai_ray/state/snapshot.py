@@ -17,7 +17,7 @@ import gc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -99,6 +99,50 @@ def vector_in(resource_names: tuple[str, ...], amounts: Mapping[str, float]) -> 
     return row
 
 
+V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class Changed:
+    """The keys whose entry (added, replaced or removed) differs between two
+    published mappings, `since` and `until`, in the order of `until` (a removed
+    key where it was); every other entry is the very same object in both."""
+
+    since: Mapping[str, Any]
+    until: Mapping[str, Any]
+    keys: tuple[str, ...]
+
+
+def changed_keys(
+    before: Mapping[str, Any] | None, now: Mapping[str, Any], changed: Changed | None
+) -> tuple[str, ...] | None:
+    """The keys whose entry may differ between `before` (what a follower saw last)
+    and `now`: none when they are the same mapping, `changed.keys` when it spans
+    exactly the two; None when unknown (compare every entry)."""
+    if before is None:
+        return None
+    if now is before:
+        return ()
+    if changed is not None and changed.since is before and changed.until is now:
+        return changed.keys
+    return None
+
+
+def differences(
+    before: Mapping[str, V] | None, now: Mapping[str, V], changed: Changed | None
+) -> tuple[list[str], list[tuple[str, V]]]:
+    """What a follower that saw `before` (None: nothing yet) looks at in `now`: the
+    keys gone, and the entries added or replaced (not the very object it saw) in
+    `now`'s order; only `changed`'s keys when it spans the two (`changed_keys`)."""
+    seen: Mapping[str, V] = before or {}
+    keys = changed_keys(before, now, changed)
+    if keys is None:
+        gone = list(seen.keys() - now.keys())
+        return gone, [(k, v) for k, v in now.items() if seen.get(k) is not v]
+    gone = [k for k in keys if k not in now]
+    return gone, [(k, now[k]) for k in keys if k in now and seen.get(k) is not now[k]]
+
+
 @dataclass(frozen=True)
 class Snapshot:
     #: Column order of every matrix: cpu, memory, nvidia.com/gpu, then the rest sorted.
@@ -139,6 +183,11 @@ class Snapshot:
     waiting_groups: tuple[PodGroupState, ...]
     #: DRA devices and claims (`state/dra_view.py`); empty in a cluster without them.
     dra: DraView = EMPTY_DRA
+    #: The keys of `pods` and of `pod_groups` whose entry differs from the snapshot
+    #: before (the kept snapshot's; None when unknown): a follower of those mappings
+    #: pays for what changed, not for every entry (`changed_keys`).
+    pods_changed: Changed | None = None
+    groups_changed: Changed | None = None
 
     def column(self, name: str) -> int:
         """The matrix column of a resource (`gpu` accepted for `nvidia.com/gpu`)."""
@@ -402,6 +451,10 @@ def _topologies(
         and np.array_equal(memo.free, free)
         and np.array_equal(memo.available, available)
     )
+    # What the kept trees were filled from: only domains with a changed node are summed again.
+    before = None
+    if memo.free is not None and memo.available is not None:
+        before = (memo.free, memo.available)
     for obj in objects:
         ref = object_ref(obj, "Topology")
         try:
@@ -416,7 +469,7 @@ def _topologies(
         if kept is None or kept[0] is not topology:
             kept = (topology, topology_layout(topology, labels), None)
         tree = kept[2] if same_free and kept[2] is not None else None
-        tree = tree or fill_topology_tree(kept[1], free, available, kept[2])
+        tree = tree or fill_topology_tree(kept[1], free, available, kept[2], before)
         memo.layouts[ref.name] = (topology, kept[1], tree)
         trees[topology.metadata.name] = tree
     # A tree not filled now is not kept: it would be stale when its Topology returns.

@@ -106,20 +106,119 @@ def fill_topology_tree(
     free: npt.NDArray[np.float64],
     available: npt.NDArray[np.bool_],
     previous: TopologyTree | None = None,
+    before: tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]] | None = None,
 ) -> TopologyTree:
     """The tree of `layout` with the nodes' free resources summed into its domains.
 
     `previous`, a tree of the same layout, lends the domains whose free is unchanged
-    (values are immutable, so sharing them is safe).
+    (values are immutable, so sharing them is safe). With `before`, the free and
+    availability `previous` was filled from, only the domains holding a node whose
+    row changed are summed again, each over its nodes in node order, as the full sum
+    adds them: the sums are the same to the bit, and a cycle that moved a few pods
+    costs what it moved, not what the cluster has.
     """
     countable_free = np.where(available[:, None], np.maximum(free, 0.0), 0.0)
-    before = previous.levels if previous is not None else (None,) * len(layout.levels)
+    changed = _changed_nodes(free, available, previous, before)
+    earlier = previous.levels if previous is not None else (None,) * len(layout.levels)
     levels = tuple(
-        _level(index, level, countable_free, earlier)
-        for index, (level, earlier) in enumerate(zip(layout.levels, before, strict=True))
+        _level(index, level, countable_free, was, changed)
+        for index, (level, was) in enumerate(zip(layout.levels, earlier, strict=True))
     )
-    domains = {d.id: d for level in levels for d in level.domains}
+    if previous is None:
+        return TopologyTree(layout.name, levels, MappingProxyType(_by_id(levels)))
+    if all(a is b for a, b in zip(levels, previous.levels, strict=True)):
+        return previous
+    if changed is None:
+        return TopologyTree(layout.name, levels, MappingProxyType(_by_id(levels)))
+    # The previous mapping, in its order, with the domains summed again put in.
+    domains = dict(previous.domains)
+    for level, was in zip(levels, previous.levels, strict=True):
+        if level is not was:
+            for i in _touched(level.node_domain, changed):
+                domain = level.domains[i]
+                domains[domain.id] = domain
     return TopologyTree(layout.name, levels, MappingProxyType(domains))
+
+
+def _by_id(levels: Sequence[TopologyLevel]) -> dict[str, TopologyDomain]:
+    return {d.id: d for level in levels for d in level.domains}
+
+
+def _touched(node_domain: npt.NDArray[np.int64], changed: npt.NDArray[np.intp]) -> list[int]:
+    """The domains of a level holding one of the `changed` nodes."""
+    touched = np.unique(node_domain[changed])
+    return [int(i) for i in touched[touched != OUTSIDE]]
+
+
+def _changed_nodes(
+    free: npt.NDArray[np.float64],
+    available: npt.NDArray[np.bool_],
+    previous: TopologyTree | None,
+    before: tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]] | None,
+) -> npt.NDArray[np.intp] | None:
+    """The nodes whose free row or availability differs from `before`; None when
+    there is nothing to compare with (every domain is summed)."""
+    if previous is None or before is None:
+        return None
+    was_free, was_available = before
+    if was_free.shape != free.shape or was_available.shape != available.shape:
+        return None
+    differs = np.any(was_free != free, axis=1) | (was_available != available)
+    return np.flatnonzero(differs)
+
+
+def _level(
+    index: int,
+    layout: LevelLayout,
+    countable_free: npt.NDArray[np.float64],
+    previous: TopologyLevel | None,
+    changed: npt.NDArray[np.intp] | None = None,
+) -> TopologyLevel:
+    width = countable_free.shape[1]
+    if previous is not None and changed is not None and previous.free.shape[1] == width:
+        return _level_patched(index, layout, countable_free, previous, changed)
+    free = np.zeros((len(layout.ids), width), dtype=np.float64)
+    inside = layout.node_domain != OUTSIDE
+    np.add.at(free, layout.node_domain[inside], countable_free[inside])
+    free.setflags(write=False)
+    if previous is not None and previous.free.shape == free.shape:
+        same = (~np.any(previous.free != free, axis=1)).tolist()
+        kept = previous.domains
+    else:
+        same, kept = [False] * len(layout.ids), ()
+    domains = tuple(
+        kept[i] if same[i] else _domain(layout, i, index, free[i]) for i in range(len(same))
+    )
+    return TopologyLevel(layout.label, layout.alias, domains, layout.node_domain, free)
+
+
+def _level_patched(
+    index: int,
+    layout: LevelLayout,
+    countable_free: npt.NDArray[np.float64],
+    previous: TopologyLevel,
+    changed: npt.NDArray[np.intp],
+) -> TopologyLevel:
+    """`_level` from the previous level, when only the nodes `changed` may differ: the
+    domains holding one are summed again over all their nodes, in node order (as
+    `np.add.at` over every node adds them), the others kept."""
+    touched = np.array(_touched(layout.node_domain, changed), dtype=np.int64)
+    if not touched.size:
+        return previous
+    nodes = np.flatnonzero(np.isin(layout.node_domain, touched))  # in node order
+    slot = np.searchsorted(touched, layout.node_domain[nodes])
+    sums = np.zeros((len(touched), countable_free.shape[1]), dtype=np.float64)
+    np.add.at(sums, slot, countable_free[nodes])
+    moved = np.any(previous.free[touched] != sums, axis=1)
+    if not moved.any():
+        return previous
+    free = previous.free.copy()
+    free[touched] = sums
+    free.setflags(write=False)
+    domains = list(previous.domains)
+    for i in touched[moved].tolist():
+        domains[i] = _domain(layout, i, index, free[i])
+    return TopologyLevel(layout.label, layout.alias, tuple(domains), layout.node_domain, free)
 
 
 def _domain_paths(
@@ -150,27 +249,6 @@ def _level_layout(
     return LevelLayout(
         label, alias, tuple(ids), tuple(parents[i] for i in ids), node_domain, tuple(members)
     )
-
-
-def _level(
-    index: int,
-    layout: LevelLayout,
-    countable_free: npt.NDArray[np.float64],
-    previous: TopologyLevel | None,
-) -> TopologyLevel:
-    free = np.zeros((len(layout.ids), countable_free.shape[1]), dtype=np.float64)
-    inside = layout.node_domain != OUTSIDE
-    np.add.at(free, layout.node_domain[inside], countable_free[inside])
-    free.setflags(write=False)
-    if previous is not None and previous.free.shape == free.shape:
-        same = (~np.any(previous.free != free, axis=1)).tolist()
-        kept = previous.domains
-    else:
-        same, kept = [False] * len(layout.ids), ()
-    domains = tuple(
-        kept[i] if same[i] else _domain(layout, i, index, free[i]) for i in range(len(same))
-    )
-    return TopologyLevel(layout.label, layout.alias, domains, layout.node_domain, free)
 
 
 def _parents(

@@ -33,6 +33,7 @@ from kai_ray.decisions.placement.filters import static_mask
 from kai_ray.decisions.placement.shapes import shape_of
 from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.state.pod_states import PodState
+from kai_ray.state.snapshot import Changed, differences
 from kai_ray.values.clock import unix_seconds
 from kai_ray.values.config import FragmentationScoring, duration_seconds
 
@@ -198,7 +199,7 @@ def snapshot_mix(tx: Transaction, settings: FragmentationScoring) -> WorkloadMix
     """Every live pod of the snapshot observed at its creation time: from the class
     counts kept for the transaction when there are some, else counted afresh."""
     counts = tx.memo.get(CLASS_COUNTS, None, ClassCounts)
-    return counts.follow(tx.snapshot.pods).mix(settings)
+    return counts.follow(tx.snapshot.pods, tx.snapshot.pods_changed).mix(settings)
 
 
 class ClassCounts:
@@ -223,20 +224,21 @@ class ClassCounts:
         #: Per class: (times, counts) in time order; unreadable times are NaN.
         self._laid: dict[Hashable, tuple[Matrix, Matrix]] = {}
 
-    def follow(self, pods: Mapping[str, PodState]) -> ClassCounts:
+    def follow(self, pods: Mapping[str, PodState], changed: Changed | None = None) -> ClassCounts:
+        """Follow `pods`; `changed` (the snapshot's `pods_changed`), when it spans the
+        last mapping and this one, names the only keys to look at."""
         if pods is self._pods:
             return self
-        before = self._pods or {}
-        for key in before.keys() - pods.keys():
+        gone, replaced = differences(self._pods, pods, changed)
+        for key in gone:
             self._forget(key)
         times: dict[str, _Time] = {}
-        for key, pod in pods.items():
-            if before.get(key) is not pod:
-                self._forget(key)
-                if not pod.terminal:
-                    created = pod.creation_timestamp
-                    time = times.get(created) or times.setdefault(created, _time(created))
-                    self._count(key, pod, time)
+        for key, pod in replaced:
+            self._forget(key)
+            if not pod.terminal:
+                created = pod.creation_timestamp
+                time = times.get(created) or times.setdefault(created, _time(created))
+                self._count(key, pod, time)
         self._pods = pods
         return self
 
