@@ -11,19 +11,35 @@ alternately, `--cycles` times each; every plan must equal the first local one (t
 script stops otherwise). `ray.init` is timed apart, before the first Ray cycle: it
 is paid once per process (the shard actors start during the first Ray cycle). Prints
 one JSON object: snapshot build, each cycle's wall time per backend, the ratio Ray /
-local (best of each, and of the last cycle), ray.init, the room queries of each cycle
-(count, seconds in `domain_room`), what each shard's actor was loaded with (MiB), a
-round trip to the shard actors with nothing to compute (ms),
-peak RSS of this process and of the Ray workers, the machine.
+local (best of each, and of the last cycle), each cycle's CPU seconds in the
+scheduler's thread and seconds in the garbage collector, ray.init, the room queries
+of each cycle (count, seconds in `domain_room`), what each shard's actor was loaded
+with (MiB), a round trip to the shard actors with nothing to compute (ms), the
+making of each Ray backend (s: the connection checked, the nodes split into
+shards), peak RSS of this process and of the Ray workers, the machine.
 `--profile FILE` instead runs one local cycle under cProfile and writes the stats
 there (and prints where the cycle's time goes). Not a test: it asserts only that
 the plans agree, and prints figures.
+
+`--reclaim [--victim-gang 10] [--gang-pods 2000] [--constraint block-preferred]`
+times a reclaim cycle instead, on a full cluster: every node runs one pod x 8 GPUs
+of queue `over` (quota 0, so all of it over quota, preemptible), in gangs of
+`--victim-gang` pods on consecutive nodes (10: one gang per rack); queue
+`starved` (quota `--gang-pods` x 8 GPUs, holding nothing) waits with one gang of
+`--gang-pods` pods x 8 GPUs under `--constraint` (`none`, or `<level>-required` /
+`<level>-preferred` of zone, block, rack). `--gangs` and `--singles` are not
+used. The same cycles, plan checks and room timings as above; the figures add
+the evictions, the victim gangs, and the starved gang's binds in the plan. With
+`--profile FILE`, the local reclaim cycle under cProfile, and a table of where
+its time goes: room queries (`domain_room`, what a `PlacementBackend`
+computes), the rest of placement, the victim search, the rest.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import os
 import platform
@@ -33,12 +49,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.bench_placement import gangs, nodes, single_pods, topology
+from bench.bench_placement import LEVELS, gangs, nodes, single_pods, topology
 from kai_ray.decisions.cycle import CycleResult, run_cycle
 from kai_ray.state.snapshot import ClusterObjects, Snapshot, build_snapshot
 from kai_ray.values.clock import SIM_EPOCH_S
 from kai_ray.values.config import SchedulerConfig
-from tests.builders import make_queue
+from tests.builders import make_pod, make_pod_group, make_queue
 
 
 def backlog(node_count: int, gang_count: int, single_count: int) -> ClusterObjects:
@@ -51,6 +67,51 @@ def backlog(node_count: int, gang_count: int, single_count: int) -> ClusterObjec
         queues=[make_queue("q").build()],
         topologies=[topology()],
     )
+
+
+def reclaim_cluster(
+    node_count: int, victim_gang: int, gang_pods: int, constraint: str
+) -> ClusterObjects:
+    """A full cluster (one running 8-GPU pod of queue `over` per node, gangs of
+    `victim_gang` pods on consecutive nodes) and one waiting gang of queue `starved`."""
+    pods: list[dict[str, Any]] = []
+    groups: list[dict[str, Any]] = []
+    for g in range(node_count // victim_gang):
+        group = make_pod_group(f"v{g}").queue("over").min_member(victim_gang).created(g)
+        groups.append(group.build())
+        for k in range(victim_gang):
+            node = g * victim_gang + k
+            pod = make_pod(f"v{g}-{k}").gpus(8).cpu("16").group(f"v{g}").created(g)
+            pods.append(pod.on(f"gpu-{node}").phase("Running").build())
+    starved = make_pod_group("starved").queue("starved").min_member(gang_pods)
+    if constraint != "none":
+        level, kind = constraint.split("-")
+        starved = starved.topology("dc", **{kind: level})
+    groups.append(starved.created(node_count).build())
+    pods += [
+        make_pod(f"s-{i}").gpus(8).cpu("16").group("starved").created(node_count).build()
+        for i in range(gang_pods)
+    ]
+    queues = [make_queue("over").gpu(quota=0), make_queue("starved").gpu(quota=gang_pods * 8)]
+    return ClusterObjects(
+        nodes=nodes(node_count),
+        pods=pods,
+        pod_groups=groups,
+        queues=[q.build() for q in queues],
+        topologies=[topology()],
+    )
+
+
+def reclaimed(result: CycleResult) -> dict[str, int]:
+    """What the plan reclaims: pods evicted, their gangs, the starved gang's binds."""
+    evictions = result.plan.evictions
+    return {
+        "evictions": len(evictions),
+        "evicted_gangs": len({e.group for e in evictions}),
+        "evictions_by_reclaim": sum(1 for e in evictions if e.reason == "reclaim"),
+        "binds": len(result.plan.binds),
+        "starved_binds": sum(1 for b in result.plan.binds if b.group == "default/starved"),
+    }
 
 
 def config(mode: str) -> SchedulerConfig:
@@ -80,11 +141,48 @@ def timing_room(backend: type[Any]) -> None:
     backend.domain_room = timed
 
 
+#: Per mode, each cycle's CPU seconds in this thread (the scheduler's own work,
+#: which other processes on the cores slow down without adding to).
+CYCLE_CPU_S: dict[str, list[float]] = {}
+#: Per mode, each cycle's seconds in Python's garbage collector.
+CYCLE_GC_S: dict[str, list[float]] = {}
+#: When the running collection started, and the cycle's seconds collecting so far.
+GC_S = [0.0, 0.0]
+
+
+def timing_gc(phase: str, info: dict[str, Any]) -> None:
+    """A `gc.callbacks` entry adding each collection's time to `GC_S`."""
+    if phase == "start":
+        GC_S[0] = time.perf_counter()
+    else:
+        GC_S[1] += time.perf_counter() - GC_S[0]
+
+
+#: Seconds each Ray backend took to be made (one per Ray cycle: the connection
+#: checked, the nodes split into shards), outside the room queries.
+SETUP_S: list[float] = []
+
+
+def timing_setup(backend: type[Any]) -> None:
+    """Time the making of `backend` (a class) into `SETUP_S`."""
+    made = backend.__init__
+
+    def timed(self: Any, *args: Any, **kwargs: Any) -> None:
+        start = time.perf_counter()
+        made(self, *args, **kwargs)
+        SETUP_S.append(round(time.perf_counter() - start, 3))
+
+    backend.__init__ = timed
+
+
 def cycle(snapshot: Snapshot, mode: str, number: int) -> tuple[CycleResult, float, list[float]]:
     ROOM_TIME.clear()
-    start = time.perf_counter()
+    GC_S[:] = [0.0, 0.0]
+    start, cpu = time.perf_counter(), time.thread_time()
     result = run_cycle(snapshot, config(mode), number, SIM_EPOCH_S)
     seconds = time.perf_counter() - start
+    CYCLE_CPU_S.setdefault(mode, []).append(round(time.thread_time() - cpu, 2))
+    CYCLE_GC_S.setdefault(mode, []).append(round(GC_S[1], 2))
     room = next(iter(ROOM_TIME.values()), [0, 0.0])
     return result, seconds, [int(room[0]), round(room[1], 2)]
 
@@ -146,14 +244,70 @@ def round_trip_ms(ray: Any, actors: list[Any], calls: int = 500) -> dict[str, fl
     return figures
 
 
-def profile(snapshot: Snapshot, path: str) -> None:
+def profile(snapshot: Snapshot, path: str, table: bool = False) -> None:
     profiler = cProfile.Profile()
     profiler.enable()
-    run_cycle(snapshot, config("never"), 1, SIM_EPOCH_S)
+    result = run_cycle(snapshot, config("never"), 1, SIM_EPOCH_S)
     profiler.disable()
     profiler.dump_stats(path)
     stats = pstats.Stats(path)
     stats.sort_stats("cumulative").print_stats(40)
+    if table:
+        print(json.dumps({"plan": reclaimed(result), "where": where_reclaim_goes(stats)}, indent=1))
+
+
+#: The parts of a reclaim cycle, each as the (file ending, function name) whose
+#: cumulative seconds add up to it. The parts not starting with "-" are disjoint
+#: (the placement part is counted without the room queries it asks); "-" marks
+#: a part of the one above it; the reclaim action as a whole is given apart.
+RECLAIM_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "room queries (domain_room: what a PlacementBackend computes)": (
+        ("placement/backend.py", "domain_room"),
+    ),
+    "placement (place_gang), room queries apart": (("placement/gang_tree.py", "place_gang"),),
+    "- per-pod node choice (fit.choose_node)": (("placement/fit.py", "choose_node"),),
+    "- - the workload mix, counted once per cycle (mix.snapshot_mix)": (
+        ("placement/mix.py", "snapshot_mix"),
+    ),
+    "victim search (running_units, no_domain_could_hold, select_victims)": (
+        ("decisions/eviction.py", "running_units"),
+        ("decisions/eviction.py", "no_domain_could_hold"),
+        ("decisions/victims.py", "select_victims"),
+        ("decisions/eviction.py", "_everything"),
+    ),
+    "- select_victims": (("decisions/victims.py", "select_victims"),),
+    "evictions in the transaction (Transaction.evict)": (("decisions/transaction.py", "evict"),),
+    "group totals (totals.update)": (("decisions/totals.py", "update"),),
+}
+#: The whole cycle, and the reclaim action in it.
+CYCLE = (("decisions/cycle.py", "run_cycle"),)
+RECLAIM_ACTION = (("decisions/reclaim.py", "run"),)
+REST = "the rest (fair shares, ordering, admission, booking, other actions)"
+
+
+def cumulative(stats: pstats.Stats, functions: tuple[tuple[str, str], ...]) -> float:
+    """The cumulative seconds of these functions, added up."""
+    entries = stats.stats  # type: ignore[attr-defined]
+    return float(
+        sum(
+            entry[3]
+            for (file, _, name), entry in entries.items()
+            for file_end, wanted in functions
+            if name == wanted and file.replace(os.sep, "/").endswith(file_end)
+        )
+    )
+
+
+def where_reclaim_goes(stats: pstats.Stats) -> dict[str, list[float]]:
+    """Seconds and share of the cycle of each of `RECLAIM_PARTS`, and the rest."""
+    total = cumulative(stats, CYCLE)
+    found = {part: cumulative(stats, functions) for part, functions in RECLAIM_PARTS.items()}
+    room, placement = list(RECLAIM_PARTS)[:2]
+    found[placement] -= found[room]  # every room query is asked by place_gang
+    found[REST] = total - sum(seconds for part, seconds in found.items() if part[0] != "-")
+    found["(the reclaim action, all of it)"] = cumulative(stats, RECLAIM_ACTION)
+    figures = {part: [round(s, 2), round(100 * s / total, 1)] for part, s in found.items()}
+    return {"cycle": [round(total, 2), 100.0], **figures}
 
 
 def main() -> None:
@@ -163,14 +317,29 @@ def main() -> None:
     parser.add_argument("--singles", type=int, default=20_000)
     parser.add_argument("--cycles", type=int, default=2, help="cycles per backend")
     parser.add_argument("--profile", help="profile one local cycle into this file instead")
+    parser.add_argument("--reclaim", action="store_true", help="a reclaim cycle, full cluster")
+    parser.add_argument("--victim-gang", type=int, default=10, help="--reclaim: pods a gang")
+    parser.add_argument("--gang-pods", type=int, default=2_000, help="--reclaim: starved gang")
+    parser.add_argument(
+        "--constraint",
+        default="block-preferred",
+        choices=["none", *(f"{lv}-{k}" for lv in LEVELS for k in ("required", "preferred"))],
+        help="--reclaim: the starved gang's topology constraint",
+    )
     args = parser.parse_args()
     figures: dict[str, Any] = {"machine": machine(), "nodes": args.nodes}
-    figures |= {"gangs": args.gangs, "singles": args.singles}
     start = time.perf_counter()
-    snapshot = build_snapshot(backlog(args.nodes, args.gangs, args.singles))
+    if args.reclaim:
+        figures |= {"victim_gang": args.victim_gang, "gang_pods": args.gang_pods}
+        figures["constraint"] = args.constraint
+        objects = reclaim_cluster(args.nodes, args.victim_gang, args.gang_pods, args.constraint)
+    else:
+        figures |= {"gangs": args.gangs, "singles": args.singles}
+        objects = backlog(args.nodes, args.gangs, args.singles)
+    snapshot = build_snapshot(objects)
     figures["snapshot_build_s"] = round(time.perf_counter() - start, 2)
     if args.profile:
-        profile(snapshot, args.profile)
+        profile(snapshot, args.profile, table=args.reclaim)
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -180,6 +349,8 @@ def main() -> None:
 
     timing_room(LocalBackend)
     timing_room(ray_backend.RayPlacementBackend)
+    timing_setup(ray_backend.RayPlacementBackend)
+    gc.callbacks.append(timing_gc)
     rooms: dict[str, list[list[float]]] = {"local": [], "ray": []}
     reference: CycleResult | None = None
     local: list[float] = []
@@ -207,10 +378,15 @@ def main() -> None:
         ray_backend.disconnect()
     assert reference is not None
     figures["binds"] = len(reference.plan.binds)
+    if args.reclaim:
+        figures["reclaimed"] = reclaimed(reference)
     figures["plans_identical"] = True
     figures["local_cycle_s"] = local
     figures["ray_cycle_s"] = ray
     figures["room_queries_and_s"] = rooms
+    figures["cycle_thread_cpu_s"] = {"local": CYCLE_CPU_S["never"], "ray": CYCLE_CPU_S["always"]}
+    figures["cycle_gc_s"] = {"local": CYCLE_GC_S["never"], "ray": CYCLE_GC_S["always"]}
+    figures["ray_backend_setup_s"] = SETUP_S
     figures["shard_loaded_mib"] = [round(b / 2**20, 1) for b in SHARD_BYTES]
     figures["ratio_best"] = round(min(ray) / min(local), 3)
     figures["ratio_last"] = round(ray[-1] / local[-1], 3)
