@@ -32,6 +32,7 @@ from kai_ray.decisions.stale import StaleGangEvictionAction
 from kai_ray.decisions.totals import (
     PER_GROUP,
     PER_WAITING,
+    TALLIES,
     GroupTotals,
     cluster_capacity,
     leaf_requests,
@@ -128,6 +129,7 @@ def run_cycle(
     tx.memo.keep(CLASS_COUNTS, None, totals.class_counts)
     tx.memo.keep(PER_GROUP, None, totals.per_group)
     tx.memo.keep(PER_WAITING, None, totals.per_waiting)
+    tx.memo.keep(TALLIES, None, totals.tallies)
     ctx = CycleContext(snapshot, spec, shares, ledger, tx, plan, log, now, capacity, time_up)
     #    Pods being deleted release their room: the actions place onto it (pipelining).
     release_terminating(ctx)

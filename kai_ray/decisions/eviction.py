@@ -51,7 +51,7 @@ from kai_ray.decisions.placement.domains import Scope, resolve
 from kai_ray.decisions.placement.filters import static_mask
 from kai_ray.decisions.plan import Evict
 from kai_ray.decisions.runtime import Protection, started_at
-from kai_ray.decisions.totals import kept_per_group
+from kai_ray.decisions.totals import Tally, kept_per_group, kept_tally
 from kai_ray.decisions.transaction import MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import (
     Budget,
@@ -345,13 +345,25 @@ def _node_of(tx: Transaction) -> Callable[[PodState], int]:
     return lambda pod: index[pod.node or ""]
 
 
+#: Per cycle, or kept: the groups holding a bound pod that is being deleted.
+RELEASING = MemoKey[Tally[bool]]("groups holding a pod being deleted")
+
+
+def _holds_releasing(group: PodGroupState) -> bool | None:
+    return True if any(pod.releasing for pod in group.bound) else None
+
+
 def release_terminating(ctx: CycleContext) -> list[PodState]:
     """Pipelining: every bound pod of this scheduler's groups that is being deleted
     (`PodState.releasing`: an eviction's grace period) is taken out in the
     transaction, and booked off its queue, before any action runs. What it holds
     counts as free for placement, so a waiting gang is placed onto it (its binds
     wait for the pod to go: the binder's room check), and it is never a victim
-    again: no second eviction for the same room. Returns the pods taken out."""
+    again: no second eviction for the same room. Returns the pods taken out. Most
+    cycles have none: a tally kept over the groups says so without a walk."""
+    memo, groups = ctx.transaction.memo, ctx.snapshot.pod_groups
+    if not kept_tally(memo, RELEASING, groups, _holds_releasing):
+        return []
     releasing = [
         (pod, group)
         for group in ctx.snapshot.pod_groups.values()

@@ -37,8 +37,11 @@ from kai_ray.decisions.eviction import (
 )
 from kai_ray.decisions.ordering import Candidate, group_priority, take_next
 from kai_ray.decisions.runtime import Protection, RuntimeField
+from kai_ray.decisions.totals import Tally, kept_tally
+from kai_ray.decisions.transaction import MemoKey
 from kai_ray.decisions.victims import Budget
 from kai_ray.decisions.waiting import waiting_asks
+from kai_ray.state.groups import PodGroupState
 
 
 class PreemptAction:
@@ -69,6 +72,14 @@ class PreemptAction:
                 record(ctx, candidate, victims, self.name)
 
 
+#: Per cycle, or kept: the leaf queue and priority of every group with bound pods.
+RUNNING_PRIORITIES = MemoKey[Tally[tuple[str, int]]]("queue and priority of groups with bound pods")
+
+
+def _running_priority(group: PodGroupState) -> tuple[str, int] | None:
+    return (group.queue, group_priority(group)) if group.bound else None
+
+
 def victims_below_anyone(ctx: CycleContext) -> bool:
     """Whether some waiting gang's queue runs a group that may give victims at a lower
     priority than the gang's. Without one, every attempt finds no victim unit (none
@@ -85,10 +96,10 @@ def victims_below_anyone(ctx: CycleContext) -> bool:
             highest[ask.queue] = ask.priority
     if not highest:
         return False  # nothing waits (a quiet cycle): no group is looked at
-    if not any(
-        group.bound and group.queue in highest and group_priority(group) < highest[group.queue]
-        for group in ctx.snapshot.pod_groups.values()
-    ):
+    running = kept_tally(
+        ctx.transaction.memo, RUNNING_PRIORITIES, ctx.snapshot.pod_groups, _running_priority
+    )
+    if not any(queue in highest and priority < highest[queue] for queue, priority in running):
         return False  # no running group below any: cutting victim units would find none
     lowest = victim_groups(ctx).lowest
     return any(ask.queue in lowest and lowest[ask.queue] < ask.priority for ask in asks)

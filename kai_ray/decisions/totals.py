@@ -19,9 +19,10 @@ and a fresh one always agree. Pure: no I/O.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from kai_ray.decisions.admission import TypedKey, is_preemptible, typed_gpus, typed_keys
 from kai_ray.decisions.ordering import group_priority
@@ -188,6 +189,86 @@ def kept_per_group(
     return build() if kept is None else kept.get(slot, argument, group, build)
 
 
+H = TypeVar("H", bound=Hashable)
+
+
+class Tally(Generic[H]):
+    """How many groups give each value (`value(group)`, which reads the group alone;
+    None: not counted), following the groups' changes with the sums
+    (`GroupTotals.update`): a glance over every group that only asks whether some
+    group has a property reads the counts instead of walking the groups."""
+
+    def __init__(
+        self, value: Callable[[PodGroupState], H | None], groups: Mapping[str, PodGroupState]
+    ) -> None:
+        self.value = value
+        self._of: dict[str, H] = {}
+        self.counts: Counter[H] = Counter()
+        for key, group in groups.items():
+            self.set(key, group)
+
+    def set(self, key: str, group: PodGroupState) -> None:
+        self.drop(key)
+        found = self.value(group)
+        if found is not None:
+            self._of[key] = found
+            self.counts[found] += 1
+
+    def drop(self, key: str) -> None:
+        found = self._of.pop(key, None)
+        if found is not None:
+            self.counts[found] -= 1
+            if not self.counts[found]:
+                del self.counts[found]
+
+
+class KeptTallies:
+    """The tallies asked for so far, each made once from the groups of the snapshot
+    `GroupTotals` follows and then told of every group that changed or went."""
+
+    def __init__(self) -> None:
+        self._tallies: dict[MemoKey[Any], Tally[Any]] = {}
+
+    def get(
+        self,
+        slot: MemoKey[Tally[H]],
+        groups: Mapping[str, PodGroupState],
+        value: Callable[[PodGroupState], H | None],
+    ) -> Tally[H]:
+        tally: Tally[H] | None = self._tallies.get(slot)
+        if tally is None:
+            tally = Tally(value, groups)
+            self._tallies[slot] = tally
+        return tally
+
+    def set(self, key: str, group: PodGroupState) -> None:
+        for tally in self._tallies.values():
+            tally.set(key, group)
+
+    def drop(self, key: str) -> None:
+        for tally in self._tallies.values():
+            tally.drop(key)
+
+
+#: The cycle's handle on the tallies kept over the groups (`CycleMemo` slot; absent
+#: when the caller keeps nothing from cycle to cycle).
+TALLIES = MemoKey[KeptTallies]("tallies kept over the groups")
+
+
+def kept_tally(
+    memo: CycleMemo,
+    slot: MemoKey[Tally[H]],
+    groups: Mapping[str, PodGroupState],
+    value: Callable[[PodGroupState], H | None],
+) -> Counter[H]:
+    """How many of `groups` (the cycle's snapshot's) give each value: kept from cycle
+    to cycle when the caller keeps `GroupTotals`, else counted once per cycle."""
+    kept = memo.find(TALLIES, None)
+    if kept is None:
+        return memo.get(slot, None, lambda: Tally(value, groups)).counts
+    return kept.get(slot, groups, value).counts
+
+
 @dataclass
 class Held:
     """What the queues hold at the start of the cycle, rolled up to every ancestor."""
@@ -225,8 +306,9 @@ class GroupTotals:
         self._foreign: dict[str, PodState] = {}
         self._scheduler = ""
         #: Values the actions derive from one group's state alone (`KeptPerGroup`),
-        #: dropped here when the group changes.
+        #: dropped here when the group changes; and tallies over every group.
         self.per_group = KeptPerGroup()
+        self.tallies = KeptTallies()
 
     def update(self, snapshot: Snapshot) -> GroupTotals:
         """Follow `snapshot`: the groups that changed since the last one are taken out
@@ -245,7 +327,7 @@ class GroupTotals:
             self._drop(key)
         for key, group in changed:
             self._drop(key)
-            self._take(key, _part(snapshot, group, self._typed_keys(snapshot, group.queue)))
+            self._take(key, group, _part(snapshot, group, self._typed_keys(snapshot, group.queue)))
         self._groups = groups
         return self
 
@@ -312,12 +394,14 @@ class GroupTotals:
             keys = self._keys[leaf] = typed_keys(snapshot.queues, leaf)
         return keys
 
-    def _take(self, key: str, part: _Part) -> None:
+    def _take(self, key: str, group: PodGroupState, part: _Part) -> None:
         self._parts[key] = part
         self._count(part, 1)
+        self.tallies.set(key, group)
 
     def _drop(self, key: str) -> None:
         self.per_group.drop(key)
+        self.tallies.drop(key)
         part = self._parts.pop(key, None)
         if part is not None:
             self._count(part, -1)

@@ -9,6 +9,8 @@ correctly rounded sums of the pods' requests (`math.fsum`, whatever the order).
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,12 +20,14 @@ from hypothesis import strategies as st
 from kai_ray.decisions.booking import held_ledger
 from kai_ray.decisions.consolidate import MOVABLE_FACTS, _movable_alone, _protection_end
 from kai_ray.decisions.cycle import run_cycle
-from kai_ray.decisions.eviction import VICTIM_UNITS
+from kai_ray.decisions.eviction import RELEASING, VICTIM_UNITS, _holds_releasing
 from kai_ray.decisions.ordering import group_priority
+from kai_ray.decisions.preempt import RUNNING_PRIORITIES, _running_priority
 from kai_ray.decisions.runtime import started_at
 from kai_ray.decisions.totals import (
     GroupTotals,
     KeptPerGroup,
+    Tally,
     cluster_capacity,
     exact,
     leaf_requests,
@@ -32,6 +36,7 @@ from kai_ray.decisions.totals import (
 from kai_ray.decisions.transaction import MemoKey
 from kai_ray.decisions.victims import victim_units
 from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, ClusterCache
+from kai_ray.state.groups import PodGroupState
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.config import SchedulerConfig
 from kai_ray.values.resources import Resources
@@ -80,6 +85,25 @@ def as_plain(vectors: dict[str, Resources]) -> dict[str, dict[str, float]]:
     return {name: dict(vector.items()) for name, vector in vectors.items()}
 
 
+def _queue_and_bound(group: PodGroupState) -> tuple[str, int] | None:
+    return (group.queue, len(group.bound)) if group.live else None
+
+
+LATE = MemoKey[Tally[tuple[str, int]]]("a tally first asked for late")
+TALLIED: list[tuple[MemoKey[Any], Callable[[PodGroupState], Any]]] = [
+    (RUNNING_PRIORITIES, _running_priority),
+    (RELEASING, _holds_releasing),
+    (MemoKey[Tally[tuple[str, int]]]("queue and bound pods"), _queue_and_bound),
+    (LATE, _queue_and_bound),
+]
+
+
+def counted(snapshot: Snapshot, value: Callable[[PodGroupState], Any]) -> Counter[Any]:
+    """What a tally holds, counted afresh."""
+    found = (value(group) for group in snapshot.pod_groups.values())
+    return Counter(v for v in found if v is not None)
+
+
 #: The snapshot's events, with more of the PodGroups coming and going.
 EVENTS = st.one_of(
     events, group_events, st.tuples(st.just("delete group"), st.integers(0, GROUPS - 1))
@@ -114,6 +138,11 @@ def test_kept_sums_equal_fresh_ones_and_the_exact_sums_after_every_event(
             assert ledger.allocated == fresh.allocated
             assert ledger.non_preemptible == fresh.non_preemptible
             assert ledger.typed == fresh.typed
+            # Tallies kept over the groups (asked for from the first step on, or only now).
+            for slot, value in TALLIED:
+                if number == 0 or slot is not LATE:
+                    counts = totals.tallies.get(slot, snapshot.pod_groups, value).counts
+                    assert counts == counted(snapshot, value)
 
 
 def test_amounts_that_round_in_a_running_sum_are_summed_exactly() -> None:
@@ -257,3 +286,40 @@ def test_a_value_kept_per_group_is_used_only_for_its_very_state_and_settings() -
     kept.drop("ns/g")
     assert kept.get(slot, "a", changed, build) == 4
     assert [(k, v) for k, _, v in kept.entries(slot)] == [("ns/g", 4)]
+
+
+def test_a_tally_follows_groups_that_change_and_go() -> None:
+    """A tally kept over the groups (here: which hold a pod being deleted) counts a
+    group while it holds one, stops when the pod is gone, and forgets a group that
+    went with its pods still deleting; a fresh tally agrees at every step."""
+    cache = ClusterCache(SCHEDULER)
+    cache.upsert(make_queue("team").build(), QUEUE)
+    cache.upsert(make_node("n0").gpus(8).build(), NODE)
+    kept = GroupTotals()
+
+    def tally() -> Counter[bool]:
+        snapshot = cache.snapshot()
+        kept.update(snapshot)
+        counts = kept.tallies.get(RELEASING, snapshot.pod_groups, _holds_releasing).counts
+        assert counts == counted(snapshot, _holds_releasing)
+        return counts
+
+    def pod(name: str, group: str, leaving: bool) -> dict[str, Any]:
+        obj = make_pod(name).group(group).gpus(1).on("n0").scheduler(SCHEDULER).build()
+        if leaving:
+            obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:09Z"
+        return obj
+
+    for name in ("a", "b"):
+        cache.upsert(make_pod_group(name).queue("team").build(), POD_GROUP)
+        cache.upsert(pod(f"{name}-0", name, leaving=False), POD)
+    assert tally() == Counter()
+    cache.upsert(pod("a-0", "a", leaving=True), POD)
+    cache.upsert(pod("b-0", "b", leaving=True), POD)
+    assert tally() == Counter({True: 2})
+    cache.delete(POD, "default/a-0")
+    assert tally() == Counter({True: 1})
+    cache.delete(POD_GROUP, "default/b")  # its pod, still deleting, stands alone
+    tally()  # equal to a fresh count, whatever the snapshot makes of the pod
+    cache.delete(POD, "default/b-0")
+    assert tally() == Counter()
