@@ -27,6 +27,8 @@ from collections.abc import Collection, Sequence
 
 from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.plan import Evict, GroupStatus, Staleness
+from kai_ray.decisions.totals import Tally, kept_tally
+from kai_ray.decisions.transaction import MemoKey
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
 from kai_ray.values.api import PodGroupSpec, SubGroup
@@ -45,7 +47,10 @@ class StaleGangEvictionAction:
         # Groups no action touched this cycle hold what the snapshot says they hold.
         touched = {e.group for e in ctx.plan.evictions}
         touched.update(p.bind.group for p in ctx.transaction.placed.values())
-        for group in ctx.snapshot.pod_groups.values():
+        groups, memo = ctx.snapshot.pod_groups, ctx.transaction.memo
+        if not touched and not kept_tally(memo, UNSETTLED, groups, _unsettled):
+            return  # every group would be passed over below: a tally says so without a walk
+        for group in groups.values():
             if group.key not in touched and _settled(group):
                 continue
             if any(pod.scheduler != ctx.config.schedulerName for pod in group.pods):
@@ -59,6 +64,14 @@ class StaleGangEvictionAction:
             elif stale_since(group) is not None:
                 back = GroupStatus(group.key, True, staleness=Staleness(None))
                 ctx.plan.statuses.state(back)
+
+
+#: Per cycle, or kept: the groups `_settled` does not pass over.
+UNSETTLED = MemoKey[Tally[bool]]("groups the stale-gang glance looks at")
+
+
+def _unsettled(group: PodGroupState) -> bool | None:
+    return None if _settled(group) else True
 
 
 def _settled(group: PodGroupState) -> bool:

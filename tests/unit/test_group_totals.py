@@ -24,6 +24,7 @@ from kai_ray.decisions.eviction import RELEASING, VICTIM_UNITS, _holds_releasing
 from kai_ray.decisions.ordering import group_priority
 from kai_ray.decisions.preempt import RUNNING_PRIORITIES, _running_priority
 from kai_ray.decisions.runtime import started_at
+from kai_ray.decisions.stale import UNSETTLED, _unsettled
 from kai_ray.decisions.totals import (
     GroupTotals,
     KeptPerGroup,
@@ -93,6 +94,7 @@ LATE = MemoKey[Tally[tuple[str, int]]]("a tally first asked for late")
 TALLIED: list[tuple[MemoKey[Any], Callable[[PodGroupState], Any]]] = [
     (RUNNING_PRIORITIES, _running_priority),
     (RELEASING, _holds_releasing),
+    (UNSETTLED, _unsettled),
     (MemoKey[Tally[tuple[str, int]]]("queue and bound pods"), _queue_and_bound),
     (LATE, _queue_and_bound),
 ]

@@ -90,5 +90,3 @@ def test_the_cache_says_which_pods_and_groups_changed() -> None:
     cache.delete(POD, "ns/p1")
     third = cache.snapshot()
     assert changed_keys(second.pods, third.pods, third.pods_changed) == ("ns/p1",)
-
-
