@@ -22,7 +22,7 @@ from kai_ray.decisions.booking import held_ledger
 from kai_ray.decisions.consolidate import ConsolidateAction
 from kai_ray.decisions.context import Action, ActionRegistry, CycleContext, CycleLog
 from kai_ray.decisions.eviction import release_terminating
-from kai_ray.decisions.fairness import OverCommitment, fair_shares, over_committed
+from kai_ray.decisions.fairness import OverCommitment, over_committed
 from kai_ray.decisions.ordering import waiting_gangs
 from kai_ray.decisions.placement.mix import CLASS_COUNTS
 from kai_ray.decisions.plan import Plan
@@ -120,7 +120,7 @@ def run_cycle(
     before, usage = usage, usage_until(snapshot, spec, usage, now, capacity)
     k = spec.timeBasedFairness.k
     demand = leaf_requests(snapshot, totals)
-    shares = fair_shares(snapshot.queues, demand, capacity, k, usage.queues)
+    shares = totals.shares.get(snapshot.queues, demand, capacity, k, usage.queues)
     # 2. What every queue holds now; the actions grow it as they place jobs.
     ledger = held_ledger(snapshot, shares, totals)
     opening = dict(ledger.allocated)

@@ -248,6 +248,37 @@ def fair_shares(
     return {name: Resources(amounts) for name, amounts in per_queue.items()}
 
 
+class KeptShares:
+    """The last fair shares and what they were worked out from. `fair_shares` is a
+    function of its arguments alone, so the very same queue tree with equal leaf
+    requests, capacity, k and usage gives the same shares: a cycle in which none of
+    them changed (one that only follows binds, say) does not divide again. Each
+    caller gets its own copy of the mapping."""
+
+    def __init__(self) -> None:
+        self._last: tuple[QueueTree, tuple[object, ...], dict[str, Resources]] | None = None
+
+    def get(
+        self,
+        tree: QueueTree,
+        leaf_requests: Mapping[str, Resources],
+        capacity: Resources,
+        k: float,
+        usage: Usage | None,
+    ) -> dict[str, Resources]:
+        inputs = (dict(leaf_requests), capacity, k, _copied(usage))
+        last = self._last
+        if last is not None and last[0] is tree and last[1] == inputs:
+            return dict(last[2])
+        shares = fair_shares(tree, leaf_requests, capacity, k, usage)
+        self._last = (tree, inputs, shares)
+        return dict(shares)
+
+
+def _copied(usage: Usage | None) -> dict[str, dict[str, float]] | None:
+    return None if usage is None else {name: dict(amounts) for name, amounts in usage.items()}
+
+
 def _descend(
     division: _Division, names: Sequence[str], total: float, out: dict[str, dict[str, float]]
 ) -> None:

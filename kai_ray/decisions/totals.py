@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from kai_ray.decisions.admission import TypedKey, is_preemptible, typed_gpus, typed_keys
+from kai_ray.decisions.fairness import KeptShares
 from kai_ray.decisions.ordering import group_priority
 from kai_ray.decisions.placement.mix import ClassCounts
 from kai_ray.decisions.transaction import CycleMemo, MemoKey
@@ -289,6 +290,8 @@ class GroupTotals:
         self.class_counts = ClassCounts()
         #: Values the actions derive from the waiting groups alone (`KeptForWaiting`).
         self.per_waiting = KeptForWaiting()
+        #: The last fair shares, given again while their inputs are equal.
+        self.shares = KeptShares()
         self._reset()
 
     def _reset(self) -> None:

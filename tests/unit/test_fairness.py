@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
-from kai_ray.decisions.fairness import Claim, fair_shares, split
+from kai_ray.decisions import fairness
+from kai_ray.decisions.fairness import Claim, KeptShares, fair_shares, split
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
 from kai_ray.values.resources import GPU, Resources
 from tests.builders import make_queue
@@ -177,3 +179,37 @@ def test_docs_three_level_example() -> None:
     demand = {name: Resources({GPU: entry[4]}) for name, entry in TREE.items() if entry[4]}
     shares = fair_shares(tree, demand, Resources({GPU: 64}))
     assert {name: shares[name][GPU] for name in FAIR_SHARE} == FAIR_SHARE
+
+
+def test_kept_shares_are_worked_out_again_when_any_input_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`KeptShares` gives the last shares back only for the very same queue tree and
+    equal requests, capacity, k and usage; any change divides again."""
+    queues = [make_queue("a").gpu(0).created(0).build(), make_queue("b").gpu(0).created(1).build()]
+    tree = build_snapshot(ClusterObjects(queues=queues)).queues
+    other_tree = build_snapshot(ClusterObjects(queues=queues)).queues
+    demand = {"a": Resources({GPU: 100}), "b": Resources({GPU: 2})}
+    capacity = Resources({GPU: 10})
+    usage = {"a": {GPU: 0.5}}
+    divided: list[object] = []
+
+    def counting(*args: Any) -> dict[str, Resources]:
+        divided.append(args)
+        return fair_shares(*args)
+
+    monkeypatch.setattr(fairness, "fair_shares", counting)
+    kept = KeptShares()
+    first = kept.get(tree, demand, capacity, 1.0, usage)
+    again = kept.get(tree, dict(demand), Resources({GPU: 10}), 1.0, {"a": {GPU: 0.5}})
+    assert again == first and again is not first and len(divided) == 1
+    changes: list[tuple[Any, ...]] = [
+        (other_tree, demand, capacity, 1.0, usage),
+        (tree, {**demand, "b": Resources({GPU: 3})}, capacity, 1.0, usage),
+        (tree, demand, Resources({GPU: 12}), 1.0, usage),
+        (tree, demand, capacity, 0.5, usage),
+        (tree, demand, capacity, 1.0, {"a": {GPU: 0.25}}),
+    ]
+    for number, args in enumerate(changes, start=2):
+        assert kept.get(*args) == fair_shares(*args)
+        assert len(divided) == number
