@@ -205,7 +205,10 @@ def _level_patched(
     touched = np.array(_touched(layout.node_domain, changed), dtype=np.int64)
     if not touched.size:
         return previous
-    nodes = np.flatnonzero(np.isin(layout.node_domain, touched))  # in node order
+    if len(touched) == 1:
+        nodes = layout.members[int(touched[0])]  # in node order
+    else:
+        nodes = np.sort(np.concatenate([layout.members[int(i)] for i in touched]))
     slot = np.searchsorted(touched, layout.node_domain[nodes])
     sums = np.zeros((len(touched), countable_free.shape[1]), dtype=np.float64)
     np.add.at(sums, slot, countable_free[nodes])
