@@ -292,6 +292,9 @@ class GroupTotals:
         self.per_waiting = KeptForWaiting()
         #: The last fair shares, given again while their inputs are equal.
         self.shares = KeptShares()
+        #: The nodes' allocatable summed over the schedulable ones, by the very arrays
+        #: it was summed from (the kept snapshot keeps them while no node changes).
+        self._usable: tuple[tuple[object, ...], Resources] | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -338,12 +341,27 @@ class GroupTotals:
         """What the queues share: allocatable on schedulable nodes, less what other
         schedulers' live pods hold there (their exact sum)."""
         self._follow_pods(snapshot, scheduler_name)
-        usable = snapshot.allocatable[snapshot.schedulable].sum(axis=0)
-        total = Resources(dict(zip(snapshot.resource_names, usable.tolist(), strict=True)))
+        # The nodes' part, summed again only when the kept snapshot's node arrays are new.
+        inputs = (
+            snapshot.allocatable,
+            snapshot.ready,
+            snapshot.unschedulable,
+            snapshot.resource_names,
+        )
+        kept = self._usable
+        if kept is None or any(a is not b for a, b in zip(kept[0], inputs, strict=True)):
+            usable = snapshot.allocatable[snapshot.schedulable].sum(axis=0)
+            names = snapshot.resource_names
+            kept = self._usable = (
+                inputs,
+                Resources(dict(zip(names, usable.tolist(), strict=True))),
+            )
+        total = kept[1]
         taken: Exact = {}
+        schedulable = snapshot.schedulable if self._foreign else None
         for pod in self._foreign.values():
             node = snapshot.node_index.get(pod.node or "")
-            if node is not None and snapshot.schedulable[node]:
+            if node is not None and schedulable is not None and schedulable[node]:
                 add_exact(taken, pod.effective_requests.items())
         return total - as_resources(taken) if taken else total
 
