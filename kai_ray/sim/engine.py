@@ -328,7 +328,8 @@ class Simulation:
         self.cache.upsert(pod, POD)
         # A claim's devices count with the pod whose bind allocated it (a shared claim once).
         claimed = self.claims.allocation_resources(bind.claims)
-        requests = pod_requests(pod) + {GPU: bind.gpu_fraction} + claimed
+        asked = pod_requests(pod)
+        requests = asked + {GPU: bind.gpu_fraction} + claimed
         self.bindings[bind.pod] = BindingRecord(
             name=pod["metadata"]["name"],
             namespace=pod["metadata"].get("namespace") or "default",
@@ -341,9 +342,7 @@ class Simulation:
                 {"name": key, "devices": device_names(self.claims.claims[key])} for key in claims
             ],
         )
-        holding = Holding(
-            bind.node, pod_requests(pod) + claimed, bind.gpu_devices, bind.gpu_fraction
-        )
+        holding = Holding(bind.node, asked + claimed, bind.gpu_devices, bind.gpu_fraction)
         self._hold(bind.pod, holding)
 
     def _check_claims_reach(self, bind: Bind, claims: Sequence[str]) -> None:
