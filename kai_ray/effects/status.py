@@ -325,10 +325,16 @@ def pending_workloads(
     tree: QueueTree, groups: Mapping[str, PodGroupState], phases: Mapping[str, str]
 ) -> dict[str, int]:
     """PodGroups waiting for their gang to run (Pending, Admitted, Evicted) per
-    queue, counted in every ancestor too; a group without a phase waits."""
+    queue, counted in every ancestor too; a group without a phase waits. A Pending
+    group without a live pod is not counted: its controller has yet to make them,
+    or never will (a failed RayJob whose cluster was torn down), and nothing of it
+    waits for the queue."""
     counts: dict[str, int] = {}
     for key, group in groups.items():
-        if phases.get(key, Phase.PENDING) not in WAITING_PHASES or group.queue not in tree:
+        phase = phases.get(key, Phase.PENDING)
+        if phase not in WAITING_PHASES or group.queue not in tree:
+            continue
+        if phase == Phase.PENDING and not group.live:
             continue
         for queue in (group.queue, *tree.ancestors(group.queue)):
             counts[queue] = counts.get(queue, 0) + 1

@@ -6,6 +6,7 @@ API server would prune, or a value the next snapshot could not read, fails here.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from kai_ray.decisions.plan import GroupStatus, Staleness
 from kai_ray.effects.reporting import queue_validity_condition
 from kai_ray.effects.status import (
     NOMINATED_NODES,
+    pending_workloads,
     pod_group_status,
     quantity,
     queue_status,
@@ -323,6 +325,18 @@ def cycle(snapshot: Snapshot, now: float = 1000.0) -> CycleResult:
 
 
 PHASES = {"ml/a": "Running", "ml/b": "Pending"}
+
+
+def test_a_pending_group_without_pods_is_not_a_pending_workload() -> None:
+    """A PodGroup whose pods are all gone (a failed RayJob's cluster torn down) or not
+    made yet waits for its controller, not for its queue: not counted."""
+    snapshot = Cluster().snapshot()
+    empty = dataclasses.replace(snapshot.pod_groups["ml/b"], pods=())
+    groups = {**snapshot.pod_groups, "ml/b": empty}
+    counts = pending_workloads(snapshot.queues, groups, PHASES)
+    assert counts.get("team-b", 0) == 0 and counts.get("dept", 0) == 0
+    admitted = pending_workloads(snapshot.queues, groups, {**PHASES, "ml/b": "Admitted"})
+    assert admitted["team-b"] == 1  # released, its pods about to be made: it waits
 
 
 def test_queue_status_of_a_department_and_its_teams() -> None:
