@@ -67,7 +67,7 @@ from kai_ray.decisions.admission import is_preemptible
 from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.cycle import run_cycle
 from kai_ray.decisions.ordering import WaitingJobs, group_priority, queue_key
-from kai_ray.decisions.placement import gang_tree
+from kai_ray.decisions.placement import gang, gang_tree
 from kai_ray.decisions.plan import Plan
 from kai_ray.decisions.reclaim import FairShareBudget
 from kai_ray.decisions.runtime import Protection
@@ -247,6 +247,7 @@ def _always(*_: object) -> bool:
 #: Each shortcut as (where it is looked up, its name, what the plain path does instead).
 SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (gang_tree, "signature", lambda tx, group: None),
+    (gang, "_counted_failure", lambda ctx, pods, node_set, cache: None),
     (preempt, "running_units", plain_running_units),
     (reclaim, "running_units", plain_running_units),
     (
@@ -427,3 +428,46 @@ def test_most_taken_bounds_what_any_take_of_a_fresh_budget_lets_go(
     monkeypatch.setattr(FairShareBudget, "take", checked)
     _plan(objects)
     assert not over
+
+
+@pytest.mark.parametrize(
+    ("busy_cpu", "counted"),
+    [
+        pytest.param("1", True, id="whole amounts: known by counting"),
+        pytest.param("100m", False, id="a fraction of a core on the nodes: placed one by one"),
+    ],
+)
+def test_a_gang_that_fits_part_way_waits_alike_counted_or_placed(
+    plain_path: Callable[[bool], None],
+    monkeypatch: pytest.MonkeyPatch,
+    busy_cpu: str,
+    counted: bool,
+) -> None:
+    """Room for one of three alike 8-GPU pods (n1 free, n0 busy): the pods are
+    placed one by one and rolled back, or, when every amount is whole, the
+    failure is known by counting; the gang waits with the same reason."""
+    nodes = [make_node(name).gpus(8).cpu(64).build() for name in ("n0", "n1")]
+    busy = make_pod("busy").gpus(8).cpu(busy_cpu).on("n0").phase("Running").build()
+    gang_pods = [make_pod(f"g-{i}").group("g").gpus(8).cpu(4).build() for i in range(3)]
+    objects = ClusterObjects(
+        nodes=nodes,
+        pods=[busy, *gang_pods],
+        pod_groups=[make_pod_group("g").queue("team").min_member(3).build()],
+        queues=[make_queue("team").build()],
+    )
+    plain_path(False)
+    answers: list[object] = []
+    counting = gang._counted_failure
+
+    def spy(*args: Any) -> object:
+        answers.append(counting(*args))
+        return answers[-1]
+
+    monkeypatch.setattr(gang, "_counted_failure", spy)
+    shortcut = _plan(objects)
+    plain_path(True)
+    plain = _plan(objects)
+    assert _fields(shortcut) == _fields(plain)
+    reason = next(s.reason for s in shortcut.statuses if s.group == "default/g")
+    assert reason.endswith("needs 3 pods with 8 GPUs each; the cluster has room for 1")
+    assert any(answer is not None for answer in answers) is counted

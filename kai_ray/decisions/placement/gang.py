@@ -25,9 +25,10 @@ from kai_ray.decisions.placement.backend_choice import backend_for
 from kai_ray.decisions.placement.claims import allocation_on, claims_reason, claims_signature
 from kai_ray.decisions.placement.domains import Kind, Scope
 from kai_ray.decisions.placement.filters import static_nodes
-from kai_ray.decisions.placement.fit import choose_devices, choose_node
+from kai_ray.decisions.placement.fit import choose_devices, choose_node, room_on
 from kai_ray.decisions.placement.inter_pod import (
     first_member_domains,
+    in_play,
     preferred_nodes,
     rejections,
     required_nodes,
@@ -178,6 +179,9 @@ def _place_each(ctx: Context, pods: list[PodState], node_set: NodeSet) -> Failur
     moved the group's pods), else the strategy's choice among the nodes its preferred
     inter-pod terms score best; stops at a pod that fits none."""
     allowed_by_signature: dict[object, Indices] = {}
+    counted = _counted_failure(ctx, pods, node_set, allowed_by_signature)
+    if counted is not None:
+        return counted
     for pod in sorted(pods, key=_size, reverse=True):
         shape = shape_of(ctx.tx, pod)
         nodes = required_nodes(ctx.tx, pod, _allowed(ctx, pod, node_set, allowed_by_signature))
@@ -196,6 +200,45 @@ def _place_each(ctx: Context, pods: list[PodState], node_set: NodeSet) -> Failur
             return Failure(pod=pod, node_set=node_set, count=_same_kind(pods, pod))
         place_on(ctx, pod, node, claims)
     return None
+
+
+def _counted_failure(
+    ctx: Context, pods: list[PodState], node_set: NodeSet, cache: dict[object, Indices]
+) -> Failure | None:
+    """How `_place_each` fails, known by counting, for pods it would place only to
+    roll them back; None when it cannot be known so (or they fit).
+
+    When the pods are alike (requests, node filters), ask for whole numbers of
+    everything and no GPU share, claim no devices, and nothing but room decides
+    (no inter-pod rules in play, no nominated nodes), every pod placed takes
+    exactly one from the room (`fit.room`) of the node it goes to, on nodes whose
+    free amounts are whole numbers too (the arithmetic is then exact): the loop
+    places exactly as many pods as the rooms add up to, wherever the strategy
+    puts them, and stops at the next one. Exact: `tests/unit/test_equivalence.py`
+    holds cycles with it to cycles without it."""
+    nominated = ctx.group.status.nominatedNodes if ctx.group.status is not None else None
+    if len(pods) < 2 or in_play(ctx.tx) or nominated:
+        return None
+    first = pods[0]
+    alike = (first.requests, first.node_selector, first.node_affinity, first.tolerations)
+    for pod in pods:
+        if pod.claim_entries or pod.gpu_share is not None or pod.gpu_fraction:
+            return None
+        if (pod.requests, pod.node_selector, pod.node_affinity, pod.tolerations) != alike:
+            return None
+    shape = shape_of(ctx.tx, first)
+    need = shape.need[shape.columns]
+    if shape.shares_gpu or not np.array_equal(need, np.floor(need)):
+        return None
+    nodes = _allowed(ctx, first, node_set, cache)
+    free = ctx.tx.free[np.ix_(nodes, shape.columns)]
+    if not np.array_equal(free, np.floor(free)):
+        return None
+    rooms = int(room_on(ctx.tx, shape, nodes).sum())
+    if rooms >= len(pods):
+        return None
+    stops_at = sorted(pods, key=_size, reverse=True)[rooms]
+    return Failure(pod=stops_at, node_set=node_set, count=_same_kind(pods, stops_at))
 
 
 #: Nodes tried one by one for a pod's DRA claims before every candidate is checked.
