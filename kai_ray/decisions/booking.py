@@ -55,9 +55,11 @@ def placeable(ctx: CycleContext, group: PodGroupState) -> PodGroupState:
 
 def _exhausted(ctx: CycleContext, group: PodGroupState) -> list[TypedKey]:
     keys = typed_keys(ctx.snapshot.queues, group.queue)
+    if not keys:
+        return []  # no per-GPU-type limit on the queue's path: nothing to look at
     placed = ctx.transaction.placed
     gpus = [pod.effective_requests[GPU] for pod in group.pending if pod.key not in placed]
-    if not keys or not gpus:
+    if not gpus:
         return []
     return exhausted_types(ctx.ledger, group.queue, keys, min(gpus))
 

@@ -52,27 +52,76 @@ class KnownFailure:
 KNOWN_FAILURE = MemoKey[KnownFailure]("known gang failure")
 
 
+@dataclass(frozen=True, eq=False)
+class Signature:
+    """A gang's signature, its hash worked out once: it is looked up many times a
+    cycle (allocate, then reclaim, preempt and consolidation, for every waiting
+    gang). Equal when the parts are equal."""
+
+    parts: tuple[object, ...]
+    #: Whether a live pod claims devices (the signature then grows by their claims).
+    claims: bool = False
+    hashed: int = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hashed", hash(self.parts))
+
+    def __hash__(self) -> int:
+        return self.hashed
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Signature) or other.hashed != self.hashed:
+            return False
+        return self.parts == other.parts
+
+
+#: Per cycle and group key: the group's state and what placement reads of it alone
+#: (None: not a plain gang), made once per state and cycle.
+PLAIN = MemoKey[tuple[PodGroupState, Signature | None]]("plain gang signatures")
+
+
 def signature(tx: Transaction, group: PodGroupState) -> Hashable | None:
     """What placement reads from a plain gang; None for any other."""
+    found = tx.memo.find(PLAIN, group.key)
+    if found is None or found[0] is not group:
+        found = (group, _plain_signature(group))
+        tx.memo.keep(PLAIN, group.key, found)
+    plain = found[1]
+    if plain is None:
+        return None
+    live = group.live_pods()
+    if tx.placed and any(pod.key in tx.placed for pod in live):
+        return None
+    extra: tuple[object, ...] = ()
+    if plain.claims:
+        extra += tuple(claims_signature(tx, pod) for pod in live)
+    if in_play(tx):
+        extra += tuple(_inter_pod_signature(pod) for pod in live)
+    return Signature((plain.parts, extra)) if extra else plain
+
+
+def _plain_signature(group: PodGroupState) -> Signature | None:
+    """The part of the signature that reads the group alone: no subgroups, no
+    nominated nodes, no live member bound; its minimum still to place, its
+    constraint and strategy, and its live pods alike in order."""
     spec = group.spec
     if spec.subGroups or (group.status is not None and group.status.nominatedNodes):
         return None
     live = group.live_pods()
-    if any(pod.node is not None or pod.key in tx.placed for pod in live):
+    if any(pod.node is not None for pod in live):
         return None
     pods = tuple(_pod_signature(pod) for pod in live)
-    if any(pod.claim_entries for pod in live):
-        pods += tuple(claims_signature(tx, pod) for pod in live)
-    if in_play(tx):
-        pods += tuple(_inter_pod_signature(pod) for pod in live)
     done = len(group.succeeded)
-    return (
+    parts = (
         spec.minMember - done,
         spec.minSubGroup,
         spec.topologyConstraint,
         spec.placementStrategy,
         pods,
     )
+    return Signature(parts, claims=any(pod.claim_entries for pod in live))
 
 
 def _pod_signature(pod: PodState) -> Hashable:
