@@ -26,9 +26,11 @@ Pure: no I/O.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 
 from kai_ray.decisions.admission import is_preemptible, refusal
+from kai_ray.decisions.alike import alike_key
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.ordering import (
@@ -39,8 +41,17 @@ from kai_ray.decisions.ordering import (
     take_next,
 )
 from kai_ray.decisions.placement import place_extras, place_gang
+from kai_ray.decisions.placement.equivalence import KnownFailure
 from kai_ray.decisions.plan import GroupStatus
 from kai_ray.decisions.waiting import waiting_candidates
+
+
+@dataclass(frozen=True)
+class Waited:
+    """Why a job waited: refused at admission, or placement's known failure."""
+
+    refused: str | None
+    failure: KnownFailure | None
 
 
 class AllocateAction:
@@ -79,10 +90,23 @@ class _Allocation:
         self.extras(extras)
 
     def minimums(self, waiting: WaitingJobs, extras: list[Candidate]) -> None:
-        ctx = self.ctx
+        ctx, tx = self.ctx, self.ctx.transaction
+        #: Per (transaction version, ledger version, `alike_key`): how a job waited.
+        known: dict[Hashable, Waited] = {}
         while not ctx.hand_over_now() and (candidate := take_next(ctx.ledger, waiting)) is not None:
-            refused = self.refusal_of(candidate)
-            reason = refused or self.place_minimum(candidate)
+            alike = alike_key(ctx, candidate.group)
+            state = (tx.version, ctx.ledger.version, alike)
+            waited = known.get(state) if alike is not None else None
+            if waited is None:
+                refused = self.refusal_of(candidate)
+                reason, failure = (refused, None) if refused else self.place_minimum(candidate)
+                if reason and alike is not None and (refused or failure is not None):
+                    known[state] = Waited(refused, failure)
+            else:
+                # A job judged alike to one that waited at this very state waits the
+                # same way: the attempt would read the same and change nothing.
+                refused, failure = waited.refused, waited.failure
+                reason = refused or (failure.reason_for(candidate.group) if failure else None)
             if not reason:
                 ctx.plan.statuses.state(admitted(candidate.group))
                 extras.append(candidate)
@@ -91,8 +115,8 @@ class _Allocation:
             if refused:
                 # A refusal changes nothing: the jobs picked next, while refused alike,
                 # are refused together (a deep backlog of one queue at its limit).
-                for alike, why in waiting.take_alike(ctx.ledger, self.refusal_of):
-                    self.wait(alike, why)
+                for other, why in waiting.take_alike(ctx.ledger, self.refusal_of):
+                    self.wait(other, why)
 
     def wait(self, candidate: Candidate, reason: str) -> None:
         key = candidate.group.key
@@ -106,12 +130,16 @@ class _Allocation:
         preemptible = is_preemptible(group, candidate.priority)
         return refusal(self.ctx.ledger, group, candidate.request, preemptible)
 
-    def place_minimum(self, candidate: Candidate) -> str | None:
-        """None when the minimum now holds (placed and booked); otherwise why not."""
+    def place_minimum(self, candidate: Candidate) -> tuple[str | None, KnownFailure | None]:
+        """(None, None) when the minimum now holds (placed and booked); otherwise why
+        not, with how placement failed when that holds for any equivalent gang at the
+        same state (`GangOutcome.known`)."""
         ctx = self.ctx
         with ctx.transaction.attempt() as step:
             outcome = place_gang(ctx.transaction, placeable(ctx, candidate.group), ctx.config)
-            return book(ctx, step) if outcome.admitted else outcome.reason
+            if outcome.admitted:
+                return book(ctx, step), None
+            return outcome.reason, outcome.known
 
     def extras(self, candidates: list[Candidate]) -> None:
         """One extra pod per turn, re-ordering after each, until none fits."""

@@ -44,15 +44,16 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from kai_ray.decisions.admission import is_preemptible, refusal
+from kai_ray.decisions.alike import alike_key
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.eviction import domain_could_hold, gang_domains
+from kai_ray.decisions.kept import kept_per_group
 from kai_ray.decisions.ordering import group_priority, waiting_gangs
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.placement.equivalence import signature
 from kai_ray.decisions.plan import Evict, GroupStatus, Nominate
 from kai_ray.decisions.runtime import started_at
-from kai_ray.decisions.totals import kept_per_group
 from kai_ray.decisions.transaction import MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import Vector, newest_first
 from kai_ray.decisions.waiting import waiting_asks
@@ -72,11 +73,23 @@ class ConsolidateAction:
             return
         if not some_could_be_tried(ctx):
             return  # every attempt would stop at admission or the total, changing nothing
+        tx, nothing = ctx.transaction, set[Hashable]()
         for group in in_turn(ctx):
-            with ctx.transaction.attempt() as step:
+            # A gang judged alike to one nothing came of at this very state (the
+            # transaction, the evictions planned, the ledger) is not judged again:
+            # nothing would come of it either, and the failed attempt left no trace
+            # that the first did not (its wake-up is asked again, a no-op). A gang
+            # with a key has no member bound, so it is never among the movable.
+            alike = alike_key(ctx, group)
+            state = (tx.version, len(ctx.plan.evictions), ctx.ledger.version, alike)
+            if alike is not None and state in nothing:
+                continue
+            with tx.attempt() as step:
                 moved = consolidation_for(ctx, group)
                 if moved is not None and book(ctx, step) is None:
                     _adopt(ctx, group, moved)
+            if alike is not None and moved is None:
+                nothing.add(state)
 
 
 def in_turn(ctx: CycleContext) -> list[PodGroupState]:

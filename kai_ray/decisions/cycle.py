@@ -23,6 +23,7 @@ from kai_ray.decisions.consolidate import ConsolidateAction
 from kai_ray.decisions.context import Action, ActionRegistry, CycleContext, CycleLog
 from kai_ray.decisions.eviction import release_terminating
 from kai_ray.decisions.fairness import OverCommitment, over_committed
+from kai_ray.decisions.kept import PER_GROUP
 from kai_ray.decisions.ordering import waiting_gangs
 from kai_ray.decisions.placement.mix import CLASS_COUNTS
 from kai_ray.decisions.plan import Plan
@@ -30,7 +31,6 @@ from kai_ray.decisions.preempt import PreemptAction
 from kai_ray.decisions.reclaim import ReclaimAction
 from kai_ray.decisions.stale import StaleGangEvictionAction
 from kai_ray.decisions.totals import (
-    PER_GROUP,
     PER_WAITING,
     TALLIES,
     GroupTotals,

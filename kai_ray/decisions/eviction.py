@@ -36,9 +36,11 @@ import numpy as np
 import numpy.typing as npt
 
 from kai_ray.decisions.admission import freed_in_queues, is_preemptible, refusal
+from kai_ray.decisions.alike import alike_key
 from kai_ray.decisions.booking import book
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.fairness import quota_of
+from kai_ray.decisions.kept import kept_per_group
 from kai_ray.decisions.ordering import (
     Candidate,
     WaitingJobs,
@@ -46,12 +48,12 @@ from kai_ray.decisions.ordering import (
     group_priority,
     waiting_gangs,
 )
-from kai_ray.decisions.placement import equivalence, place_gang
+from kai_ray.decisions.placement import place_gang
 from kai_ray.decisions.placement.domains import Scope, resolve
 from kai_ray.decisions.placement.filters import static_mask
 from kai_ray.decisions.plan import Evict
 from kai_ray.decisions.runtime import Protection, started_at
-from kai_ray.decisions.totals import Tally, kept_per_group, kept_tally
+from kai_ray.decisions.totals import Tally, kept_tally
 from kai_ray.decisions.transaction import MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import (
     Budget,
@@ -419,13 +421,13 @@ def refusal_key(ctx: CycleContext, candidate: Candidate) -> Hashable | None:
     hold), the job's queue, namespace, priority and preemptibility (admission,
     the victims' queues and priorities), its request (the budget), and what
     placement reads of it (`equivalence.signature`, which also gives `job_need`'s
-    pods and their node filters). None for a job placement has no signature for."""
-    tx, group = ctx.transaction, candidate.group
-    placement = equivalence.signature(tx, group)
-    if placement is None:
+    pods and their node filters): the gang's `alike.alike_key` (the candidates
+    here ask for their gang's missing minimum at its priority, `candidate_for`).
+    None for a job placement has no signature for."""
+    alike = alike_key(ctx, candidate.group)
+    if alike is None:
         return None
-    job = (group.queue, group.namespace, candidate.priority, group.spec.preemptible)
-    return (tx.version, ctx.ledger.version, job, candidate.request, placement)
+    return (ctx.transaction.version, ctx.ledger.version, alike)
 
 
 def waiting_candidates(ctx: CycleContext) -> WaitingJobs:

@@ -161,6 +161,12 @@ class WaitingJobs:
         #: The last job taken by `take_next` (its queue and request), with the ledger
         #: version and the number of adds it was taken at (`again`).
         self._last: tuple[str, Resources, int, int] | None = None
+        #: Per queue: the job the walk below it found and that queue's key with it
+        #: (`best_below`), valid at `_best_at` (ledger version, adds) less the queues
+        #: on the path of a job taken since.
+        self._best: dict[str, tuple[Candidate | None, tuple[object, ...] | None]] = {}
+        self._best_at: tuple[int, int] | None = None
+        self._ancestors: dict[str, tuple[str, ...]] = {}
 
     @classmethod
     def of_sorted(cls, by_queue: Mapping[str, Iterable[Candidate]]) -> WaitingJobs:
@@ -195,6 +201,35 @@ class WaitingJobs:
         jobs = self._by_queue[candidate.queue]
         jobs.remove(candidate)
         self._queues_left -= not jobs
+        self._changed(candidate.queue)
+
+    def _changed(self, leaf: str) -> None:
+        """The leaf's first job changed: what the walk found on its path is stale."""
+        best = self._best
+        if best and best.pop(leaf, None) is not None:
+            for name in self._ancestors.get(leaf, ()):
+                best.pop(name, None)
+
+    def best_below(
+        self, ledger: QueueLedger, name: str
+    ) -> tuple[Candidate | None, tuple[object, ...] | None]:
+        """The job the walk down from `name` finds (`_best_in`) and `name`'s key with
+        it. Kept while the ledger and the jobs are as they were, but for the queues
+        on the path of a job taken since: every other queue's first job and
+        holdings, so its key, are as they were (a failed attempt changes neither
+        the ledger nor the jobs, so a backlog is walked at the cost of one path per
+        job, not of every queue)."""
+        at = (ledger.version, self._adds)
+        if self._best_at != at:
+            self._best.clear()
+            self._best_at = at
+            self._ancestors = {leaf: ledger.tree.ancestors(leaf) for leaf in self._by_queue}
+        found = self._best.get(name)
+        if found is None:
+            candidate = _best_in(ledger, name, self)
+            key = None if candidate is None else self.key_of(ledger, name, candidate.request)
+            found = self._best[name] = (candidate, key)
+        return found
 
     def again(self, ledger: QueueLedger) -> Candidate | None:
         """The job `next_candidate` would pick, known without ordering the queues
@@ -249,6 +284,7 @@ class WaitingJobs:
         if alike:
             del jobs[: len(alike)]
             self._queues_left -= not jobs
+            self._changed(queue)
             self.taken(ledger, alike[-1][0])
         return alike
 
@@ -289,8 +325,7 @@ class _QueueKeys:
 
 def next_candidate(ledger: QueueLedger, waiting: WaitingJobs) -> Candidate | None:
     """The job to try next: down from the roots, best sibling at each level."""
-    roots = ((root, _best_in(ledger, root, waiting)) for root in ledger.tree.roots)
-    return _pick(ledger, waiting, roots)
+    return _pick(waiting.best_below(ledger, root) for root in ledger.tree.roots)
 
 
 def take_next(ledger: QueueLedger, waiting: WaitingJobs) -> Candidate | None:
@@ -306,19 +341,17 @@ def _best_in(ledger: QueueLedger, name: str, waiting: WaitingJobs) -> Candidate 
     node = ledger.tree[name]
     if node.is_leaf:
         return waiting.first(name)
-    children = ((child, _best_in(ledger, child, waiting)) for child in node.children)
-    return _pick(ledger, waiting, children)
+    return _pick(waiting.best_below(ledger, child) for child in node.children)
 
 
 def _pick(
-    ledger: QueueLedger, waiting: WaitingJobs, options: Iterable[tuple[str, Candidate | None]]
+    options: Iterable[tuple[Candidate | None, tuple[object, ...] | None]],
 ) -> Candidate | None:
     """The option whose queue key is the smallest (the first of equals)."""
     best, best_key = None, None
-    for name, found in options:
-        if found is None:
+    for found, key in options:
+        if found is None or key is None:
             continue
-        key = waiting.key_of(ledger, name, found.request)
         if best_key is None or key < best_key:
             best, best_key = found, key
     return best

@@ -20,12 +20,13 @@ and a fresh one always agree. Pure: no I/O.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from kai_ray.decisions.admission import TypedKey, is_preemptible, typed_gpus, typed_keys
 from kai_ray.decisions.fairness import KeptShares
+from kai_ray.decisions.kept import KeptPerGroup
 from kai_ray.decisions.ordering import group_priority
 from kai_ray.decisions.placement.mix import ClassCounts
 from kai_ray.decisions.transaction import CycleMemo, MemoKey
@@ -84,46 +85,6 @@ class _Sum:
         self.count += sign
 
 
-class KeptPerGroup:
-    """Values derived from one group's state alone (its victim units, whether it may
-    be moved), kept from cycle to cycle while the cache keeps that state: a value is
-    used only for the very object it was derived from, and a group that changed or
-    went is dropped by `GroupTotals.update`."""
-
-    def __init__(self) -> None:
-        self._by_group: dict[str, dict[tuple[MemoKey[Any], Hashable], _Kept]] = {}
-
-    def get(
-        self, slot: MemoKey[T], argument: Hashable, group: PodGroupState, build: Callable[[], T]
-    ) -> T:
-        """The value under `slot` for `argument` (what else it depends on, such as a
-        setting) derived from `group`, built unless kept for this very object."""
-        kept = self._by_group.setdefault(group.key, {})
-        found = kept.get((slot, argument))
-        if found is not None and found.group is group:
-            value: T = found.value
-            return value
-        value = build()
-        kept[(slot, argument)] = _Kept(group, value)
-        return value
-
-    def entries(self, slot: MemoKey[T]) -> Iterator[tuple[str, PodGroupState, T]]:
-        """(group key, group, value) of every value kept under `slot`."""
-        for key, kept in self._by_group.items():
-            for (found_slot, _), entry in kept.items():
-                if found_slot is slot:
-                    yield key, entry.group, entry.value
-
-    def drop(self, key: str) -> None:
-        self._by_group.pop(key, None)
-
-
-@dataclass(frozen=True)
-class _Kept:
-    group: PodGroupState
-    value: Any
-
-
 class Follower(Protocol):
     """A value derived from the waiting groups that follows a new tuple of them by
     what changed (`KeptForWaiting`)."""
@@ -171,23 +132,6 @@ def kept_for_waiting(
 def _following(value: F, waiting: tuple[PodGroupState, ...]) -> F:
     value.follow(waiting)
     return value
-
-
-#: The cycle's handle on the values kept per group (`CycleMemo` slot; absent when
-#: the caller keeps nothing from cycle to cycle).
-PER_GROUP = MemoKey[KeptPerGroup]("values kept per group")
-
-
-def kept_per_group(
-    memo: CycleMemo,
-    slot: MemoKey[T],
-    argument: Hashable,
-    group: PodGroupState,
-    build: Callable[[], T],
-) -> T:
-    """`KeptPerGroup.get` of the cycle's kept values, or `build()` when none are kept."""
-    kept = memo.find(PER_GROUP, None)
-    return build() if kept is None else kept.get(slot, argument, group, build)
 
 
 H = TypeVar("H", bound=Hashable)

@@ -62,11 +62,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kai_ray.decisions import consolidate, eviction, preempt, reclaim
+from kai_ray.decisions import allocate, consolidate, eviction, ordering, preempt, reclaim
 from kai_ray.decisions.admission import is_preemptible
 from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.cycle import run_cycle
-from kai_ray.decisions.ordering import WaitingJobs, group_priority, queue_key
+from kai_ray.decisions.ledger import QueueLedger
+from kai_ray.decisions.ordering import Candidate, WaitingJobs, group_priority, queue_key
 from kai_ray.decisions.placement import gang, gang_tree
 from kai_ray.decisions.plan import Plan
 from kai_ray.decisions.reclaim import FairShareBudget
@@ -245,6 +246,14 @@ def _always(*_: object) -> bool:
 
 
 #: Each shortcut as (where it is looked up, its name, what the plain path does instead).
+def _walked_afresh(
+    waiting: WaitingJobs, ledger: QueueLedger, name: str
+) -> tuple[Candidate | None, tuple[object, ...] | None]:
+    """`WaitingJobs.best_below` with nothing kept: the walk down from `name` again."""
+    found = ordering._best_in(ledger, name, waiting)
+    return found, None if found is None else queue_key(ledger, name, found.request)
+
+
 SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (gang_tree, "signature", lambda tx, group: None),
     (gang, "_counted_failure", lambda ctx, pods, node_set, cache: None),
@@ -256,6 +265,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
         lambda waiting, ledger, name, request: queue_key(ledger, name, request),
     ),
     (WaitingJobs, "again", lambda waiting, ledger: None),
+    (WaitingJobs, "best_below", _walked_afresh),
     (WaitingJobs, "take_alike", lambda waiting, ledger, refused: []),
     (eviction, "refusal_key", lambda ctx, candidate: None),
     (FairShareBudget, "refuses_every", lambda budget, units: False),
@@ -265,6 +275,8 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (consolidate, "some_could_be_tried", _always),
     (consolidate, "_movable_memo", consolidate._movable_gangs),
     (consolidate, "_attempt_key", lambda ctx, group: None),
+    (consolidate, "alike_key", lambda ctx, group: None),
+    (allocate, "alike_key", lambda ctx, group: None),
     (eviction, "no_domain_could_hold", lambda ctx, group, units, new_budget: False),
     (eviction, "domain_could_hold_in_total", lambda tx, group, domains, units, budget: True),
     (consolidate, "domain_could_hold", lambda tx, group, domains, freed: True),

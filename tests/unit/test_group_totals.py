@@ -21,13 +21,13 @@ from kai_ray.decisions.booking import held_ledger
 from kai_ray.decisions.consolidate import MOVABLE_FACTS, _movable_alone, _protection_end
 from kai_ray.decisions.cycle import run_cycle
 from kai_ray.decisions.eviction import RELEASING, VICTIM_UNITS, _holds_releasing
+from kai_ray.decisions.kept import KeptPerGroup
 from kai_ray.decisions.ordering import group_priority
 from kai_ray.decisions.preempt import RUNNING_PRIORITIES, _running_priority
 from kai_ray.decisions.runtime import started_at
 from kai_ray.decisions.stale import UNSETTLED, _unsettled
 from kai_ray.decisions.totals import (
     GroupTotals,
-    KeptPerGroup,
     Tally,
     cluster_capacity,
     exact,

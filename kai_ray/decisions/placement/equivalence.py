@@ -22,6 +22,7 @@ import dataclasses
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
+from kai_ray.decisions.kept import kept_per_group
 from kai_ray.decisions.placement.claims import claims_signature
 from kai_ray.decisions.placement.inter_pod import in_play
 from kai_ray.decisions.placement.reasons import Code, Failure
@@ -77,18 +78,14 @@ class Signature:
         return self.parts == other.parts
 
 
-#: Per cycle and group key: the group's state and what placement reads of it alone
-#: (None: not a plain gang), made once per state and cycle.
-PLAIN = MemoKey[tuple[PodGroupState, Signature | None]]("plain gang signatures")
+#: What placement reads of a group's state alone (None: not a plain gang), kept
+#: from cycle to cycle for the very state (`kept.KeptPerGroup`).
+PLAIN = MemoKey[Signature | None]("plain gang signature")
 
 
 def signature(tx: Transaction, group: PodGroupState) -> Hashable | None:
     """What placement reads from a plain gang; None for any other."""
-    found = tx.memo.find(PLAIN, group.key)
-    if found is None or found[0] is not group:
-        found = (group, _plain_signature(group))
-        tx.memo.keep(PLAIN, group.key, found)
-    plain = found[1]
+    plain = plain_signature(group, tx)
     if plain is None:
         return None
     live = group.live_pods()
@@ -102,10 +99,14 @@ def signature(tx: Transaction, group: PodGroupState) -> Hashable | None:
     return Signature((plain.parts, extra)) if extra else plain
 
 
-def _plain_signature(group: PodGroupState) -> Signature | None:
+def plain_signature(group: PodGroupState, tx: Transaction | None = None) -> Signature | None:
     """The part of the signature that reads the group alone: no subgroups, no
     nominated nodes, no live member bound; its minimum still to place, its
-    constraint and strategy, and its live pods alike in order."""
+    constraint and strategy, and its live pods alike in order. Kept from cycle to
+    cycle for the very state when `tx`'s memo keeps values per group."""
+    if tx is not None:
+        build = lambda: plain_signature(group)  # noqa: E731
+        return kept_per_group(tx.memo, PLAIN, None, group, build, intern=True)
     spec = group.spec
     if spec.subGroups or (group.status is not None and group.status.nominatedNodes):
         return None

@@ -16,7 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kai_ray.decisions.placement.equivalence import keep_failure, known_failure, signature
+from kai_ray.decisions.placement.equivalence import (
+    KnownFailure,
+    keep_failure,
+    known_failure,
+    signature,
+)
 from kai_ray.decisions.placement.gang import Context, PodSet, explain, place_set
 from kai_ray.decisions.placement.reasons import Code
 from kai_ray.decisions.transaction import Transaction
@@ -36,6 +41,9 @@ class GangOutcome:
     code: Code
     reason: str = ""
     placed: int = 0
+    #: How it failed, when that holds for any equivalent gang at the same state
+    #: (`equivalence.KnownFailure`, kept under the gang's signature); else None.
+    known: KnownFailure | None = None
 
     @property
     def admitted(self) -> bool:
@@ -50,6 +58,7 @@ def place_gang(tx: Transaction, group: PodGroupState, config: SchedulerConfigSpe
     (`equivalence.py`)."""
     key = signature(tx, group)
     known = known_failure(tx, key)
+    reusable = known is not None
     if known is None:
         tree = build_tree(tx, group, _minimum)
         ctx = _context(tx, group, config)
@@ -60,7 +69,8 @@ def place_gang(tx: Transaction, group: PodGroupState, config: SchedulerConfigSpe
         tx.rollback(mark)
         render = lambda f: f"gang of {group.spec.minMember} does not fit: {explain(ctx, f)}"  # noqa: E731
         known = keep_failure(tx, key, group, failure, render)
-    return GangOutcome(known.code, known.reason_for(group))
+        reusable = known_failure(tx, key) is known
+    return GangOutcome(known.code, known.reason_for(group), known=known if reusable else None)
 
 
 def place_extras(

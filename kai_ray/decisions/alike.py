@@ -1,0 +1,66 @@
+"""Waiting gangs judged alike: the one key of what an attempt for a waiting gang reads of it.
+
+Every action that tries a waiting gang (allocate's minimum, consolidation's
+moves, reclaim's victim search) reads the cycle's state and, of the gang: its
+queue and namespace (admission), the minimum it misses (`missing_requests`),
+its priority and whether it is preemptible (admission, the victims it may
+take), and what placement reads of it as `booking.placeable` shows it
+(`equivalence.signature`). `alike_key` gives all of that as one hashable
+value, so an action that judged one gang at a state (the transaction's and
+the ledger's versions, and whatever else it reads) knows the answer for every
+gang with an equal key at that state, with one dictionary look-up instead of
+the attempt's first tests. With a deep backlog most waiting gangs share their
+key with others (a few shapes per queue), and most are judged while nothing
+changes. The part read from the group's state alone is kept from cycle to
+cycle (`kept.KeptPerGroup`) with its hash. None for a gang placement has no
+signature for (subgroups, nominated nodes, a member bound): such a gang is
+always tried. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from kai_ray.decisions.admission import is_preemptible, typed_keys
+from kai_ray.decisions.booking import placeable
+from kai_ray.decisions.context import CycleContext
+from kai_ray.decisions.kept import kept_per_group
+from kai_ray.decisions.ordering import group_priority
+from kai_ray.decisions.placement.equivalence import Signature, plain_signature, signature
+from kai_ray.decisions.placement.inter_pod import in_play
+from kai_ray.decisions.transaction import MemoKey, Transaction
+from kai_ray.state.groups import PodGroupState
+
+#: Per group state: its `alike_key` when the state alone gives it (None: it does not).
+_KEPT = MemoKey[Signature | None]("what an attempt reads of a waiting gang")
+
+
+def alike_key(ctx: CycleContext, group: PodGroupState) -> Hashable | None:
+    """What an attempt for the waiting `group` reads of it (see the module), or None
+    when placement has no signature for it."""
+    tx = ctx.transaction
+    if tx.placed and any(pod.key in tx.placed for pod in group.pending):
+        return None  # placement's signature has none (a member placed this cycle)
+    if in_play(tx) or typed_keys(ctx.snapshot.queues, group.queue):
+        placement = signature(tx, placeable(ctx, group))
+        return None if placement is None else Signature((_job(group), placement))
+    kept = kept_per_group(tx.memo, _KEPT, None, group, lambda: _alone(tx, group), intern=True)
+    if kept is not None:
+        return kept
+    placement = signature(tx, group)  # devices claimed: the claims are read afresh
+    return None if placement is None else Signature((_job(group), placement))
+
+
+def _alone(tx: Transaction, group: PodGroupState) -> Signature | None:
+    """The key when the group's state alone gives it: a plain gang claiming no devices
+    (no inter-pod rules in play and no per-GPU-type limit: checked by the caller)."""
+    plain = plain_signature(group, tx)
+    if plain is None or plain.claims:
+        return None
+    return Signature((_job(group), plain))
+
+
+def _job(group: PodGroupState) -> tuple[object, ...]:
+    priority = group_priority(group)
+    preemptible = is_preemptible(group, priority)
+    return (group.queue, group.namespace, group.missing_requests, priority, preemptible)

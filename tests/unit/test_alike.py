@@ -1,0 +1,121 @@
+"""The one key of what an attempt reads of a waiting gang (`alike.alike_key`).
+
+Gangs alike in everything an attempt reads share a key (the very same object
+while the group states are kept from cycle to cycle); a difference in any part
+an attempt reads gives another key; a gang placement has no signature for has
+none. That the actions' shortcuts on these keys plan what the plain path plans
+is `test_equivalence.py`'s business."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import pytest
+
+from kai_ray.decisions.alike import alike_key
+from kai_ray.decisions.context import ActionRegistry, CycleContext
+from kai_ray.decisions.cycle import run_cycle
+from kai_ray.decisions.kept import KeptPerGroup
+from kai_ray.decisions.totals import GroupTotals
+from kai_ray.decisions.transaction import MemoKey
+from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, ClusterCache
+from kai_ray.values.config import SchedulerConfig
+from tests.builders import make_node, make_pod, make_pod_group, make_queue
+
+SCHEDULER = "kai-ray"
+
+
+class _Probe:
+    """Stands in for allocate: notes every waiting gang's key."""
+
+    name = "allocate"
+
+    def __init__(self) -> None:
+        self.keys: dict[str, Hashable | None] = {}
+
+    def run(self, ctx: CycleContext) -> None:
+        self.keys = {g.key: alike_key(ctx, g) for g in ctx.snapshot.waiting_groups}
+
+
+def _gang(
+    cache: ClusterCache,
+    name: str,
+    namespace: str = "default",
+    queue: str = "team-a",
+    gpus: int = 8,
+    size: int = 2,
+    priority_class: str | None = None,
+    subgroup: bool = False,
+) -> None:
+    group = make_pod_group(name, namespace).queue(queue).min_member(size)
+    if priority_class is not None:
+        group.priority_class(priority_class)
+    if subgroup:
+        group.subgroup("workers", min_member=size)
+    cache.upsert(group.build(), POD_GROUP)
+    for i in range(size):
+        pod = make_pod(f"{name}-{i}", namespace).group(name).gpus(gpus).scheduler(SCHEDULER)
+        if subgroup:
+            pod.subgroup("workers")
+        cache.upsert(pod.build(), POD)
+
+
+def _keys(cache: ClusterCache, totals: GroupTotals) -> dict[str, Hashable | None]:
+    probe = _Probe()
+    registry = ActionRegistry()
+    registry.register(probe)
+    config = SchedulerConfig.model_validate({"spec": {"actions": ["allocate"]}})
+    run_cycle(cache.snapshot(), config, 1, 0.0, registry=registry, totals=totals)
+    return probe.keys
+
+
+def test_gangs_alike_share_one_key_and_any_difference_an_attempt_reads_parts_them() -> None:
+    cache = ClusterCache(SCHEDULER)
+    for queue in ("team-a", "team-b"):
+        cache.upsert(make_queue(queue).build(), QUEUE)
+    cache.upsert(make_node("n0").gpus(8).build(), NODE)
+    _gang(cache, "a")
+    _gang(cache, "b")
+    _gang(cache, "other-queue", queue="team-b")
+    _gang(cache, "other-namespace", namespace="research")
+    _gang(cache, "other-shape", gpus=4)
+    _gang(cache, "other-size", size=3)
+    _gang(cache, "other-priority", priority_class="inference")
+    _gang(cache, "with-subgroups", subgroup=True)
+    totals = GroupTotals()
+    keys = _keys(cache, totals)
+    a, b = keys["default/a"], keys["default/b"]
+    assert a is not None and a == b
+    assert a is b  # interned: equal keys of two groups are one object
+    assert keys["default/with-subgroups"] is None
+    others = [k for name, k in keys.items() if "other" in name]
+    assert len(others) == 5 and None not in others
+    assert len({a, *others}) == 6
+    again = _keys(cache, totals)
+    assert again["default/a"] is a  # kept from cycle to cycle for the same state
+
+
+def test_interned_values_start_afresh_past_their_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = ClusterCache(SCHEDULER)
+    cache.upsert(make_queue("team-a").build(), QUEUE)
+    for name in ("a", "b", "c"):
+        _gang(cache, name)
+    groups = cache.snapshot().pod_groups
+    kept = KeptPerGroup()
+    monkeypatch.setattr(KeptPerGroup, "INTERNED_AT_MOST", 2)
+    slot = MemoKey[tuple[str, ...]]("a key")
+
+    def made(text: str) -> tuple[str, ...]:
+        return tuple(text.split())  # a new object each time
+
+    first = kept.get(slot, None, groups["default/a"], lambda: made("key 1"), intern=True)
+    second = kept.get(slot, None, groups["default/b"], lambda: made("key 1"), intern=True)
+    assert second == first and second is first
+    kept.get(slot, None, groups["default/c"], lambda: made("other 2"), intern=True)
+    kept.drop("default/c")
+    # the table holds two values: a third starts it afresh, so "key 1" is new again
+    kept.get(slot, None, groups["default/c"], lambda: made("third 3"), intern=True)
+    kept.drop("default/b")
+    fresh = made("key 1")
+    assert kept.get(slot, None, groups["default/b"], lambda: fresh, intern=True) is fresh
+    assert kept.get(slot, None, groups["default/b"], lambda: made("x"), intern=True) is fresh
