@@ -46,6 +46,7 @@ from kai_ray.decisions.ordering import (
     WaitingJobs,
     candidate_for,
     group_priority,
+    take_next,
     waiting_gangs,
 )
 from kai_ray.decisions.placement import place_gang
@@ -399,20 +400,93 @@ class Refusals:
     def __init__(self) -> None:
         self._known: dict[Hashable, float | None] = {}
 
-    def attempt(self, ctx: CycleContext, candidate: Candidate, attempt: Callable[[], None]) -> None:
-        """`attempt()`, unless an equal job was refused at the same state."""
+    def attempt(self, ctx: CycleContext, candidate: Candidate, attempt: Attempt) -> bool:
+        """`attempt(candidate, False)`, unless an equal job was refused at the same
+        state; whether it changed the state (it made room and was booked)."""
         key = refusal_key(ctx, candidate)
         if key is not None and key in self._known:
             wake = self._known[key]
             if wake is not None:
                 ctx.plan.wake_no_later_than(wake)
+            return False
+        before = _state(ctx)
+        wake_at = ctx.plan.wake_at
+        attempt(candidate, False)
+        if _state(ctx) != before:
+            return True
+        if key is not None:
+            self._known[key] = ctx.plan.wake_at if ctx.plan.wake_at != wake_at else None
+        return False
+
+    def judge(
+        self, ctx: CycleContext, jobs: Iterable[Candidate], attempt: Attempt
+    ) -> list[float | None] | None:
+        """Each kind of job among `jobs` searched once, speculatively, at the state as
+        it is (`attempt(candidate, True)`: nothing booked, the transaction as it was):
+        the wake-ups the jobs would ask for when no search found room, else None
+        (stopping at the first that did). A kind that found none is kept, with the
+        very wake-up it asked for, so that its jobs' turns are answered by it."""
+        judged: set[Hashable] = set()
+        wakes: list[float | None] = []
+        plan = ctx.plan
+        for candidate in jobs:
+            key = refusal_key(ctx, candidate)
+            if key is not None:
+                if key in self._known:
+                    wakes.append(self._known[key])
+                    continue
+                if key in judged:
+                    continue
+                judged.add(key)
+            before, wake_at = _state(ctx), plan.wake_at
+            plan.wake_at = None
+            found = attempt(candidate, True)
+            asked, plan.wake_at = plan.wake_at, wake_at
+            if _state(ctx) != before:
+                changed = f"a speculative search for {candidate.group.key} changed the state"
+                raise RuntimeError(changed)
+            if found:
+                return None
+            if key is not None:
+                self._known[key] = asked
+            wakes.append(asked)
+        return wakes
+
+
+#: An evicting action's attempt for one job. Speculative (True): only the search,
+#: which says whether it found room, the transaction left as it was and nothing
+#: booked or recorded; else the whole attempt (the return value is not read).
+Attempt = Callable[[Candidate, bool], bool]
+
+
+def _state(ctx: CycleContext) -> tuple[int, int, int]:
+    return (ctx.transaction.version, ctx.ledger.version, len(ctx.plan.evictions))
+
+
+def attempt_in_turn(ctx: CycleContext, waiting: WaitingJobs, attempt: Attempt) -> None:
+    """Every waiting job in its turn (`ordering.take_next`), through `Refusals`.
+
+    While the state does not change, a job's attempt that finds no room changes
+    nothing but the wake-up it asks for, and wake-ups combine whatever their
+    order (the earliest wins). So the kinds of job still waiting (`refusal_key`;
+    a job without one is a kind of its own) are first each searched once,
+    speculatively (`Refusals.judge`). When none finds room, the run is over:
+    every job's turn would meet its kind's refusal, so only the wake-ups are
+    asked, and the jobs are neither ordered nor taken one by one (a deep
+    backlog judged at the cost of its kinds). Otherwise the jobs are taken in
+    turn, each kind judged answered by its refusal, up to the first attempt that
+    changes the state; the kinds still waiting are then judged again."""
+    refusals = Refusals()
+    while not waiting.empty():
+        wakes = refusals.judge(ctx, waiting.remaining(), attempt)
+        if wakes is not None:
+            for wake in wakes:
+                if wake is not None:
+                    ctx.plan.wake_no_later_than(wake)
             return
-        tx, ledger, plan = ctx.transaction, ctx.ledger, ctx.plan
-        before = (tx.version, ledger.version, len(plan.evictions))
-        wake_at = plan.wake_at
-        attempt()
-        if key is not None and (tx.version, ledger.version, len(plan.evictions)) == before:
-            self._known[key] = plan.wake_at if plan.wake_at != wake_at else None
+        while (candidate := take_next(ctx.ledger, waiting)) is not None:
+            if refusals.attempt(ctx, candidate, attempt):
+                break
 
 
 def refusal_key(ctx: CycleContext, candidate: Candidate) -> Hashable | None:
@@ -444,24 +518,67 @@ def running_units(
 ) -> list[VictimUnit]:
     """Units of running preemptible groups of this scheduler, in the snapshot's order,
     whose leaf queue `may_take` accepts (and whose priority is under `below`, when
-    given), untouched so far this cycle and not protected by a min-runtime. Only the
-    accepted queues' groups are looked at (`victim_groups`), so a waiting job costs
-    what its possible victims number, not what the cluster runs."""
+    given), untouched so far this cycle and not protected by a min-runtime (each
+    protected one noted on `protection`, as `Protection.protects` does). Only the
+    groups that may give victims are looked at (`victim_groups`), so a waiting job
+    costs what its possible victims number, not what the cluster runs; which of
+    them are untouched and protected is worked out once per state for every
+    search made meanwhile (`_untouched_units`)."""
     groups = victim_groups(ctx)
-    chosen = [
-        found
-        for queue, found in groups.by_queue.items()
+    accepted = {
+        queue
+        for queue in groups.by_queue
         if (below is None or groups.lowest[queue] < below) and may_take(queue)
-    ]
+    }
     units: list[VictimUnit] = []
-    for _, group, priority in heapq.merge(*chosen, key=lambda entry: entry[0]):
-        if below is not None and priority >= below:
+    earliest = protection.earliest_end
+    for queue, unit, end in _untouched_units(ctx, protection, below):
+        if queue not in accepted:
             continue
-        for unit in _units_of(ctx.transaction, group, priority):
-            untouched = not any(p.key in ctx.transaction.removed for p in unit.pods)
-            if untouched and not protection.protects(unit):
-                units.append(unit)
+        if end is None:
+            units.append(unit)
+        else:
+            earliest = end if earliest is None else min(earliest, end)
+    protection.earliest_end = earliest
     return units
+
+
+#: Per (transaction version, min-runtime field and time, priority bound): the
+#: untouched units of the groups that may give victims (`_untouched_units`).
+UNTOUCHED = MemoKey[list[tuple[str, VictimUnit, float | None]]]("untouched victim units")
+
+
+def _untouched_units(
+    ctx: CycleContext, protection: Protection, below: int | None
+) -> list[tuple[str, VictimUnit, float | None]]:
+    """Every untouched unit, in the snapshot's order, of the groups that may give
+    victims (of a priority under `below`, when given), with its group's leaf queue
+    and the end of the min-runtime that protects it now (None: none does). What
+    it reads besides the groups (kept per cycle) is the transaction's state, the
+    queue tree and the protection's field and time."""
+    tx = ctx.transaction
+
+    def build() -> list[tuple[str, VictimUnit, float | None]]:
+        groups = victim_groups(ctx)
+        chosen = [
+            found
+            for queue, found in groups.by_queue.items()
+            if below is None or groups.lowest[queue] < below
+        ]
+        found: list[tuple[str, VictimUnit, float | None]] = []
+        for _, group, priority in heapq.merge(*chosen, key=lambda entry: entry[0]):
+            if below is not None and priority >= below:
+                continue
+            for unit in _units_of(tx, group, priority):
+                if any(p.key in tx.removed for p in unit.pods):
+                    continue
+                end = protection.ends_at(unit)
+                protected = end is not None and end > protection.now
+                found.append((group.queue, unit, end if protected else None))
+        return found
+
+    key = (tx.version, id(protection.tree), protection.which, protection.now, below)
+    return tx.memo.get(UNTOUCHED, key, build)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ holds has changed. Pure: no I/O.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from kai_ray.decisions.fairness import limit_of as limit_of
@@ -192,6 +192,11 @@ class WaitingJobs:
         self._queues_left += not jobs
         self._adds += 1
         bisect.insort(jobs, candidate, key=job_key)
+
+    def remaining(self) -> Iterator[Candidate]:
+        """Every job left, queue by queue, each queue's in its order."""
+        for jobs in self._by_queue.values():
+            yield from jobs
 
     def first(self, queue: str) -> Candidate | None:
         jobs = self._by_queue.get(queue)

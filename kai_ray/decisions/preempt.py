@@ -26,16 +26,16 @@ import functools
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.eviction import (
-    Refusals,
     admission_refusal,
     ask_to_wake,
+    attempt_in_turn,
     evict_to_fit,
     record,
     running_units,
     victim_groups,
     waiting_candidates,
 )
-from kai_ray.decisions.ordering import Candidate, group_priority, take_next
+from kai_ray.decisions.ordering import Candidate, group_priority
 from kai_ray.decisions.runtime import Protection, RuntimeField
 from kai_ray.decisions.totals import Tally, kept_tally
 from kai_ray.decisions.transaction import MemoKey
@@ -51,25 +51,25 @@ class PreemptAction:
     def run(self, ctx: CycleContext) -> None:
         if not victims_below_anyone(ctx):
             return  # every attempt would find no victim and change nothing
-        waiting = waiting_candidates(ctx)
-        refusals = Refusals()
-        while (candidate := take_next(ctx.ledger, waiting)) is not None:
-            refusals.attempt(ctx, candidate, functools.partial(self.attempt, ctx, candidate))
+        attempt_in_turn(ctx, waiting_candidates(ctx), functools.partial(self.attempt, ctx))
 
-    def attempt(self, ctx: CycleContext, candidate: Candidate) -> None:
+    def attempt(self, ctx: CycleContext, candidate: Candidate, speculative: bool) -> bool:
+        """Make room for the candidate (`eviction.Attempt`): whether victims were found."""
         queue, priority = candidate.queue, candidate.priority
         protection = Protection(ctx.snapshot.queues, self.which, ctx.now)
         units = running_units(ctx, lambda q: q == queue, protection, below=priority)
         if not units or admission_refusal(ctx, candidate, units):
             ask_to_wake(ctx, protection)
-            return
+            return False
         admits = lambda victims: admission_refusal(ctx, candidate, victims) is None  # noqa: E731
         with ctx.transaction.attempt() as step:
             victims = evict_to_fit(ctx, placeable(ctx, candidate.group), units, Budget, admits)
             if victims is None:
                 ask_to_wake(ctx, protection)
-            elif book(ctx, step) is None:
+                return False
+            if not speculative and book(ctx, step) is None:
                 record(ctx, candidate, victims, self.name)
+            return True
 
 
 #: Per cycle, or kept: the leaf queue and priority of every group with bound pods.

@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.eviction import (
-    Refusals,
     admission_refusal,
     ask_to_wake,
+    attempt_in_turn,
     evict_to_fit,
     record,
     running_units,
@@ -51,7 +51,7 @@ from kai_ray.decisions.eviction import (
 )
 from kai_ray.decisions.fairness import quota_of
 from kai_ray.decisions.ledger import QueueLedger
-from kai_ray.decisions.ordering import Candidate, take_next
+from kai_ray.decisions.ordering import Candidate
 from kai_ray.decisions.runtime import Protection, RuntimeField
 from kai_ray.decisions.victims import Budget, VictimUnit
 from kai_ray.decisions.waiting import waiting_asks
@@ -342,27 +342,28 @@ class ReclaimAction:
         if waiting.empty():
             return  # no job to reclaim for: skip summing every live pod
         contested = contested_resources(ctx.snapshot.pod_groups, ctx.capacity, ctx.ledger)
-        refusals = Refusals()
-        while (candidate := take_next(ctx.ledger, waiting)) is not None:
-            refusals.attempt(
-                ctx, candidate, functools.partial(self.attempt, ctx, candidate, contested)
-            )
+        attempt_in_turn(ctx, waiting, functools.partial(self.attempt, ctx, contested))
 
-    def attempt(self, ctx: CycleContext, candidate: Candidate, contested: Contested) -> None:
+    def attempt(
+        self, ctx: CycleContext, contested: Contested, candidate: Candidate, speculative: bool
+    ) -> bool:
+        """Make room for the candidate (`eviction.Attempt`): whether victims were found."""
         group = candidate.group
         budget = FairShareBudget(ctx.ledger, contested, group.queue, candidate.request)
         if not budget.reclaimer_within_share():
-            return  # no queue may be reclaimed from (and no runtime protection was met)
+            return False  # no queue may be reclaimed from (and no runtime protection was met)
         protection = Protection(ctx.snapshot.queues, self.which, ctx.now)
         may_take = functools.cache(budget.reclaimer_may_take_from)
         units = running_units(ctx, may_take, protection)
         if admission_refusal(ctx, candidate, units):
-            return  # refused even were every possible victim gone
+            return False  # refused even were every possible victim gone
         new_budget = lambda: FairShareBudget(ctx.ledger, contested, group.queue, candidate.request)  # noqa: E731
         admits = lambda victims: admission_refusal(ctx, candidate, victims) is None  # noqa: E731
         with ctx.transaction.attempt() as step:
             victims = evict_to_fit(ctx, placeable(ctx, group), units, new_budget, admits)
             if victims is None:
                 ask_to_wake(ctx, protection)
-            elif book(ctx, step) is None:
+                return False
+            if not speculative and book(ctx, step) is None:
                 record(ctx, candidate, victims, self.name)
+            return True

@@ -74,11 +74,20 @@ from kai_ray.decisions.reclaim import FairShareBudget
 from kai_ray.decisions.runtime import Protection
 from kai_ray.decisions.victims import VictimUnit
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
-from kai_ray.values.clock import SIM_EPOCH_S
+from kai_ray.values.clock import unix_seconds
 from kai_ray.values.config import SchedulerConfig
-from tests.builders import make_node, make_pod, make_pod_group, make_queue, make_topology
+from tests.builders import (
+    make_node,
+    make_pod,
+    make_pod_group,
+    make_queue,
+    make_topology,
+    timestamp,
+)
 
 TEAMS = ("team-a", "team-b", "team-c")
+#: The cycles' time: 100 s after the origin of the objects' timestamps.
+NOW = float(unix_seconds(timestamp(100)) or 0.0)
 #: (pods, GPUs each, rack required, node selector) of a waiting gang.
 SHAPES = (
     (1, 1, False, False),
@@ -108,7 +117,14 @@ def clusters(
         sizes.append(draw(st.sampled_from((4, 8))))
         node = make_node(f"n{i}").gpus(sizes[-1]).in_domains(rack=f"r{i % 3}")
         nodes.append(node.label("pool", "a" if i % 2 else "b").build())
-    queues = [make_queue("root").build()]
+    root = make_queue("root")
+    # Min runtimes protect some running gangs (started at 0-20 s) at the cycle's time
+    # (100 s): evicting actions then ask to be woken when the protection ends.
+    for field in ("reclaimMinRuntime", "preemptMinRuntime"):
+        runtime = draw(st.sampled_from((None, "90s", "110s")))
+        if runtime is not None:
+            root = root.set(f"spec.{field}", runtime)
+    queues = [root.build()]
     for team in TEAMS:
         quota = draw(st.integers(0, 16))
         queues.append(make_queue(team).parent("root").gpu(quota=quota).build())
@@ -123,6 +139,7 @@ def clusters(
             group = group.priority_class("build")  # not preemptible
         groups.append(group.created(j).build())
         pod = make_pod(f"{name}-0").gpus(draw(st.sampled_from((1, 2, 4)))).group(name)
+        pod = pod.created(draw(st.integers(0, 20)))
         if movable:
             pod = pod.controlled_by("Job", name)
         pods.append(pod.priority(draw(st.sampled_from((0, 10)))).on(node).build())
@@ -210,7 +227,7 @@ def _fill(
             name, left, k = f"run-{i}-{k}", left - gpus, k + 1
             team = draw(st.sampled_from(TEAMS[:2]))
             groups.append(make_pod_group(name).queue(team).min_member(1).created(i).build())
-            pod = make_pod(f"{name}-0").gpus(gpus).group(name)
+            pod = make_pod(f"{name}-0").gpus(gpus).group(name).created(draw(st.integers(0, 20)))
             pods.append(
                 pod.priority(draw(st.sampled_from((0, 10)))).on(node["metadata"]["name"]).build()
             )
@@ -268,6 +285,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (WaitingJobs, "best_below", _walked_afresh),
     (WaitingJobs, "take_alike", lambda waiting, ledger, refused: []),
     (eviction, "refusal_key", lambda ctx, candidate: None),
+    (eviction.Refusals, "judge", lambda refusals, ctx, jobs, attempt: None),
     (FairShareBudget, "refuses_every", lambda budget, units: False),
     (consolidate, "total_free", consolidate.summed_free),
     (preempt, "victims_below_anyone", _always),
@@ -305,7 +323,7 @@ def plain_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bool], Non
 
 
 def _plan(objects: ClusterObjects) -> Plan:
-    return run_cycle(build_snapshot(objects), SchedulerConfig(), 1, SIM_EPOCH_S).plan
+    return run_cycle(build_snapshot(objects), SchedulerConfig(), 1, NOW).plan
 
 
 def _fields(plan: Plan) -> tuple[object, ...]:
