@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from kai_ray.decisions.admission import is_preemptible, typed_keys
+from kai_ray.decisions.admission import is_preemptible
 from kai_ray.decisions.booking import placeable
 from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.kept import kept_per_group
@@ -41,7 +41,7 @@ def alike_key(ctx: CycleContext, group: PodGroupState) -> Hashable | None:
     tx = ctx.transaction
     if tx.placed and any(pod.key in tx.placed for pod in group.pending):
         return None  # placement's signature has none (a member placed this cycle)
-    if in_play(tx) or typed_keys(ctx.snapshot.queues, group.queue):
+    if in_play(tx) or ctx.snapshot.queues.typed_names(group.queue):
         placement = signature(tx, placeable(ctx, group))
         return None if placement is None else Signature((_job(group), placement))
     kept = kept_per_group(tx.memo, _KEPT, None, group, lambda: _alone(tx, group), intern=True)

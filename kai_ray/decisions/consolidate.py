@@ -127,9 +127,12 @@ NO_MOVE = MemoKey[bool]("no consolidation move")
 
 def _attempt_key(ctx: CycleContext, group: PodGroupState) -> Hashable | None:
     """What an attempt past admission reads, or None when it is not to be kept: the
-    gang has no placement signature, or is among the movable gangs itself."""
+    gang has no placement signature. A gang with one has no member bound, so it is
+    never among the movable gangs (which hold their minimum bound): the movable
+    gangs are not worked out here, only where a move is tried, as on the plain
+    path."""
     placement = signature(ctx.transaction, placeable(ctx, group))
-    if placement is None or group.key in _movable_keys(ctx):
+    if placement is None:
         return None
     return (ctx.transaction.version, len(ctx.plan.evictions), placement)
 
@@ -227,10 +230,6 @@ def movable_gangs(ctx: CycleContext, target: PodGroupState) -> list[PodGroupStat
     if target.key in keys:
         return [gang for gang in gangs if gang.key != target.key]
     return gangs
-
-
-def _movable_keys(ctx: CycleContext) -> frozenset[str]:
-    return _movable_memo(ctx)[1]
 
 
 def _movable_memo(ctx: CycleContext) -> tuple[list[PodGroupState], frozenset[str]]:

@@ -28,6 +28,7 @@ this module's. Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
@@ -44,10 +45,8 @@ from kai_ray.decisions.kept import kept_per_group
 from kai_ray.decisions.ordering import (
     Candidate,
     WaitingJobs,
-    candidate_for,
     group_priority,
     take_next,
-    waiting_gangs,
 )
 from kai_ray.decisions.placement import place_gang
 from kai_ray.decisions.placement.domains import Scope, resolve
@@ -68,6 +67,7 @@ from kai_ray.decisions.victims import (
     unit_order,
     victim_units,
 )
+from kai_ray.decisions.waiting import waiting_candidates as kept_candidates
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
 from kai_ray.values.resources import EPSILON, GPU, Resources
@@ -505,9 +505,17 @@ def refusal_key(ctx: CycleContext, candidate: Candidate) -> Hashable | None:
 
 
 def waiting_candidates(ctx: CycleContext) -> WaitingJobs:
-    """The waiting gangs (`ordering.waits`), each asking for its missing minimum."""
-    gangs = waiting_gangs(ctx.snapshot.waiting_groups, ctx.transaction)
-    return WaitingJobs(candidate_for(gang) for gang in gangs)
+    """The waiting gangs (`ordering.waits`), each asking for its missing minimum: the
+    kept lists of each queue's candidates in order (`waiting.waiting_candidates`),
+    less the gangs an action before placed pods of."""
+    tx = ctx.transaction
+    by_queue = kept_candidates(tx)
+    if tx.placed:
+        by_queue = {
+            queue: [c for c in jobs if not any(p.key in tx.placed for p in c.group.pending)]
+            for queue, jobs in by_queue.items()
+        }
+    return WaitingJobs.of_sorted(by_queue)
 
 
 def running_units(
@@ -602,20 +610,33 @@ def victim_groups(ctx: CycleContext) -> VictimGroups:
     def build() -> VictimGroups:
         found = VictimGroups({}, {})
         for position, group in enumerate(ctx.snapshot.pod_groups.values()):
-            priority = group_priority(group)
-            if not is_preemptible(group, priority):
-                continue
-            if any(p.scheduler != scheduler for p in group.live_pods()):
-                continue  # another scheduler's pods are not ours to evict
-            if not group.seen_whole:
-                continue  # a member on a node the snapshot does not know cannot be judged
-            if _units_of(tx, group, priority):
+            judged = functools.partial(_may_give, tx, group, scheduler)
+            priority = kept_per_group(tx.memo, MAY_GIVE, scheduler, group, judged)
+            if priority is not None:
                 found.by_queue.setdefault(group.queue, []).append((position, group, priority))
                 lowest = found.lowest.get(group.queue, priority)
                 found.lowest[group.queue] = min(lowest, priority)
         return found
 
     return tx.memo.get(VICTIM_GROUPS, scheduler, build)
+
+
+#: Per group state and scheduler: the group's priority when it may give victims, else
+#: None (`_may_give`), kept from cycle to cycle (`kept.KeptPerGroup`).
+MAY_GIVE = MemoKey[int | None]("may give victims, at priority")
+
+
+def _may_give(tx: Transaction, group: PodGroupState, scheduler: str) -> int | None:
+    """The group's priority when it may give victims: preemptible, every live pod the
+    scheduler's, seen whole, with victim units; else None. Reads the group alone."""
+    priority = group_priority(group)
+    if not is_preemptible(group, priority):
+        return None
+    if any(p.scheduler != scheduler for p in group.live_pods()):
+        return None  # another scheduler's pods are not ours to evict
+    if not group.seen_whole:
+        return None  # a member on a node the snapshot does not know cannot be judged
+    return priority if _units_of(tx, group, priority) else None
 
 
 def _units_of(tx: Transaction, group: PodGroupState, priority: int) -> list[VictimUnit]:
