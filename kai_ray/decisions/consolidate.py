@@ -39,6 +39,7 @@ fights spreading) and with `consolidationMaxJobs: 0`. Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Hashable, Sequence
 
 import numpy as np
@@ -49,14 +50,14 @@ from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.eviction import domain_could_hold, gang_domains
 from kai_ray.decisions.kept import kept_per_group
-from kai_ray.decisions.ordering import group_priority, waiting_gangs
+from kai_ray.decisions.ordering import Candidate, group_priority
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.placement.equivalence import signature
 from kai_ray.decisions.plan import Evict, GroupStatus, Nominate
 from kai_ray.decisions.runtime import started_at
 from kai_ray.decisions.transaction import MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import Vector, newest_first
-from kai_ray.decisions.waiting import waiting_asks
+from kai_ray.decisions.waiting import waiting_asks, waiting_candidates
 from kai_ray.state.groups import PodGroupState
 from kai_ray.values.clock import unix_seconds
 from kai_ray.values.config import SchedulerConfigSpec, duration_seconds
@@ -93,9 +94,19 @@ class ConsolidateAction:
 
 
 def in_turn(ctx: CycleContext) -> list[PodGroupState]:
-    """The waiting gangs (`ordering.waits`), higher priority first, then older."""
-    waiting = waiting_gangs(ctx.snapshot.waiting_groups, ctx.transaction)
-    return sorted(waiting, key=lambda g: (-group_priority(g), g.creation_timestamp, g.key))
+    """The waiting gangs (`ordering.waits`), higher priority first, then older: the
+    kept lists of each queue's candidates (`waiting.waiting_candidates`, in that
+    order within a queue) merged, less the gangs an action before placed pods of."""
+    tx = ctx.transaction
+    merged = heapq.merge(*waiting_candidates(tx).values(), key=_turn)
+    if not tx.placed:
+        return [candidate.group for candidate in merged]
+    return [c.group for c in merged if not any(pod.key in tx.placed for pod in c.group.pending)]
+
+
+def _turn(candidate: Candidate) -> tuple[int, str, str]:
+    group = candidate.group
+    return (-candidate.priority, group.creation_timestamp, group.key)
 
 
 def consolidation_for(ctx: CycleContext, group: PodGroupState) -> list[PodGroupState] | None:

@@ -73,6 +73,7 @@ from kai_ray.decisions.plan import Plan
 from kai_ray.decisions.reclaim import FairShareBudget
 from kai_ray.decisions.runtime import Protection
 from kai_ray.decisions.victims import VictimUnit
+from kai_ray.state.groups import PodGroupState
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
 from kai_ray.values.clock import unix_seconds
 from kai_ray.values.config import SchedulerConfig
@@ -271,6 +272,12 @@ def _walked_afresh(
     return found, None if found is None else queue_key(ledger, name, found.request)
 
 
+def _in_turn_sorted(ctx: CycleContext) -> list[PodGroupState]:
+    """`consolidate.in_turn` sorted afresh from the waiting gangs."""
+    waiting = ordering.waiting_gangs(ctx.snapshot.waiting_groups, ctx.transaction)
+    return sorted(waiting, key=lambda g: (-group_priority(g), g.creation_timestamp, g.key))
+
+
 SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (gang_tree, "signature", lambda tx, group: None),
     (gang, "_counted_failure", lambda ctx, pods, node_set, cache: None),
@@ -294,6 +301,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (consolidate, "_movable_memo", consolidate._movable_gangs),
     (consolidate, "_attempt_key", lambda ctx, group: None),
     (consolidate, "alike_key", lambda ctx, group: None),
+    (consolidate, "in_turn", _in_turn_sorted),
     (allocate, "alike_key", lambda ctx, group: None),
     (eviction, "no_domain_could_hold", lambda ctx, group, units, new_budget: False),
     (eviction, "domain_could_hold_in_total", lambda tx, group, domains, units, budget: True),
