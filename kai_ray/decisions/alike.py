@@ -39,7 +39,7 @@ def alike_key(ctx: CycleContext, group: PodGroupState) -> Hashable | None:
     """What an attempt for the waiting `group` reads of it (see the module), or None
     when placement has no signature for it."""
     tx = ctx.transaction
-    if tx.placed and any(pod.key in tx.placed for pod in group.pending):
+    if tx.placed and tx.placed_pending(group.key):
         return None  # placement's signature has none (a member placed this cycle)
     if in_play(tx) or ctx.snapshot.queues.typed_names(group.queue):
         placement = signature(tx, placeable(ctx, group))

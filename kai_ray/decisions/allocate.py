@@ -83,7 +83,7 @@ class _Allocation:
         minimums: Mapping[str, Sequence[Candidate]] = waiting_candidates(tx)
         if tx.placed:
             minimums = {
-                queue: [c for c in jobs if not any(p.key in tx.placed for p in c.group.pending)]
+                queue: [c for c in jobs if not tx.placed_pending(c.group.key)]
                 for queue, jobs in minimums.items()
             }
         self.minimums(WaitingJobs.of_sorted(minimums), extras)

@@ -101,7 +101,7 @@ def in_turn(ctx: CycleContext) -> list[PodGroupState]:
     merged = heapq.merge(*waiting_candidates(tx).values(), key=_turn)
     if not tx.placed:
         return [candidate.group for candidate in merged]
-    return [c.group for c in merged if not any(pod.key in tx.placed for pod in c.group.pending)]
+    return [c.group for c in merged if not tx.placed_pending(c.group.key)]
 
 
 def _turn(candidate: Candidate) -> tuple[int, str, str]:

@@ -512,7 +512,7 @@ def waiting_candidates(ctx: CycleContext) -> WaitingJobs:
     by_queue = kept_candidates(tx)
     if tx.placed:
         by_queue = {
-            queue: [c for c in jobs if not any(p.key in tx.placed for p in c.group.pending)]
+            queue: [c for c in jobs if not tx.placed_pending(c.group.key)]
             for queue, jobs in by_queue.items()
         }
     return WaitingJobs.of_sorted(by_queue)

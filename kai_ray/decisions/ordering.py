@@ -83,7 +83,7 @@ def waits(group: PodGroupState, tx: Transaction) -> bool:
     """A waiting gang (`PodGroupState.waiting`) none of whose pending pods an action
     placed this cycle, and none of whose members is still being deleted: the one
     rule of what every action makes room for."""
-    placed = any(pod.key in tx.placed for pod in group.pending)
+    placed = tx.placed_pending(group.key)
     return group.waiting and not placed and not releasing_members(group)
 
 
