@@ -210,7 +210,9 @@ class FairShareBudget(Budget):
     def takes_alone(self, unit: VictimUnit) -> bool:
         if self.taken:
             raise ValueError("takes_alone asked of a budget that has taken units already")
-        key = (unit.queue, *(unit.requests[r] for r in self.asked))
+        # Keyed by all the unit asks (its vector's hash is kept): units alike in what
+        # is judged but not in the rest only cost one more answer each.
+        key = (unit.queue, unit.requests)
         answer = self._alone.get(key)
         if answer is None:
             answer = self._alone[key] = self._may_lose_alone(unit.queue, unit.requests)
