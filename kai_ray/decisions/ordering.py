@@ -224,17 +224,35 @@ class WaitingJobs:
         holdings, so its key, are as they were (a failed attempt changes neither
         the ledger nor the jobs, so a backlog is walked at the cost of one path per
         job, not of every queue)."""
-        at = (ledger.version, self._adds)
-        if self._best_at != at:
-            self._best.clear()
-            self._best_at = at
-            self._ancestors = {leaf: ledger.tree.ancestors(leaf) for leaf in self._by_queue}
+        self._valid_at(ledger)
         found = self._best.get(name)
         if found is None:
             candidate = _best_in(ledger, name, self)
             key = None if candidate is None else self.key_of(ledger, name, candidate.request)
             found = self._best[name] = (candidate, key)
         return found
+
+    def pick(self, ledger: QueueLedger, names: Iterable[str]) -> Candidate | None:
+        """The job the walk finds below the sibling queues `names`: the one whose
+        queue's key is the smallest (the first of equals), each from `best_below`."""
+        self._valid_at(ledger)
+        best, chosen, chosen_key = self._best, None, None
+        for name in names:
+            found = best.get(name)
+            candidate, key = self.best_below(ledger, name) if found is None else found
+            if candidate is None or key is None:
+                continue
+            if chosen_key is None or key < chosen_key:
+                chosen, chosen_key = candidate, key
+        return chosen
+
+    def _valid_at(self, ledger: QueueLedger) -> None:
+        """What `best_below` kept holds at the ledger's version and the jobs added."""
+        at = (ledger.version, self._adds)
+        if self._best_at != at:
+            self._best.clear()
+            self._best_at = at
+            self._ancestors = {leaf: ledger.tree.ancestors(leaf) for leaf in self._by_queue}
 
     def again(self, ledger: QueueLedger) -> Candidate | None:
         """The job `next_candidate` would pick, known without ordering the queues
@@ -330,7 +348,7 @@ class _QueueKeys:
 
 def next_candidate(ledger: QueueLedger, waiting: WaitingJobs) -> Candidate | None:
     """The job to try next: down from the roots, best sibling at each level."""
-    return _pick(waiting.best_below(ledger, root) for root in ledger.tree.roots)
+    return waiting.pick(ledger, ledger.tree.roots)
 
 
 def take_next(ledger: QueueLedger, waiting: WaitingJobs) -> Candidate | None:
@@ -346,17 +364,4 @@ def _best_in(ledger: QueueLedger, name: str, waiting: WaitingJobs) -> Candidate 
     node = ledger.tree[name]
     if node.is_leaf:
         return waiting.first(name)
-    return _pick(waiting.best_below(ledger, child) for child in node.children)
-
-
-def _pick(
-    options: Iterable[tuple[Candidate | None, tuple[object, ...] | None]],
-) -> Candidate | None:
-    """The option whose queue key is the smallest (the first of equals)."""
-    best, best_key = None, None
-    for found, key in options:
-        if found is None or key is None:
-            continue
-        if best_key is None or key < best_key:
-            best, best_key = found, key
-    return best
+    return waiting.pick(ledger, node.children)
