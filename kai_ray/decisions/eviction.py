@@ -440,8 +440,10 @@ class Refusals:
                 judged.add(key)
             before, wake_at = _state(ctx), plan.wake_at
             plan.wake_at = None
-            found = attempt(candidate, True)
-            asked, plan.wake_at = plan.wake_at, wake_at
+            try:
+                found = attempt(candidate, True)
+            finally:
+                asked, plan.wake_at = plan.wake_at, wake_at
             if _state(ctx) != before:
                 changed = f"a speculative search for {candidate.group.key} changed the state"
                 raise RuntimeError(changed)

@@ -48,7 +48,9 @@ class KeptPerGroup:
         """The value under `slot` for `argument` (what else it depends on, such as a
         setting) derived from `group`, built unless kept for this very object;
         `intern`: a hashable value equal to one interned before is that one."""
-        kept = self._by_group.setdefault(group.key, {})
+        kept = self._by_group.get(group.key)
+        if kept is None:
+            kept = self._by_group[group.key] = {}
         found = kept.get((slot, argument))
         if found is not None and found.group is group:
             value: T = found.value
