@@ -9,7 +9,9 @@
    keeps it off GPU types its limits cannot take), and booked on its queues, or
    undone if the GPUs it got pass a per-GPU-type limit (`booking.book`). A
    refusal changes nothing, so the jobs that would be picked next while each
-   is refused too are refused together (`WaitingJobs.take_alike`);
+   is refused too are refused together (`WaitingJobs.take_alike`); and a job
+   of a kind (`alike.alike_key`) that already waited at the same transaction
+   and ledger state waits the same way, answered without a second attempt;
 4. only after every minimum: elastic extras one pod at a time, in the same
    queue order, under the same limits; inside a queue a job still at its
    minimum gets an extra before one already above it (`ordering.job_key`),

@@ -20,7 +20,9 @@
 6. `Refusals`: an attempt that changed nothing is kept by everything it read
    (the transaction's and the ledger's versions, and the job as placement,
    admission and the victim search read it), so an equal job later in the
-   same run is answered without a second search.
+   same run is answered without a second search; `attempt_in_turn` searches
+   each kind of waiting job once before taking any, and ends the run when no
+   kind finds room.
 Choosing victims is a pure function (`victims.py`); issuing the evictions is
 this module's. Pure: no I/O.
 """

@@ -1,7 +1,9 @@
 """The reclaim action: a queue below its fair share takes resources back across queues.
 
 1. every group whose minimum is still missing after allocate is a candidate,
-   taken in queue order (`ordering.take_next`, as allocate does);
+   taken in queue order (`ordering.take_next`, as allocate does), each kind of
+   job judged first (`eviction.attempt_in_turn`: when no kind finds room the
+   run ends without taking the jobs one by one);
 2. admission may refuse it (namespace, limit, non-preemptible over quota),
    a limit counted with what its victims free in each queue on their paths
    (`eviction.admission_refusal`): victims inside the reclaimer's department
