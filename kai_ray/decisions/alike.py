@@ -39,15 +39,15 @@ def alike_key(ctx: CycleContext, group: PodGroupState) -> Hashable | None:
     """What an attempt for the waiting `group` reads of it (see the module), or None
     when placement has no signature for it."""
     tx = ctx.transaction
-    if tx.placed and tx.placed_pending(group.key):
+    if tx.placed_pending(group.key):
         return None  # placement's signature has none (a member placed this cycle)
-    if in_play(tx) or ctx.snapshot.queues.typed_names(group.queue):
-        placement = signature(tx, placeable(ctx, group))
-        return None if placement is None else Signature((_job(group), placement))
-    kept = kept_per_group(tx.memo, _KEPT, None, group, lambda: _alone(tx, group), intern=True)
-    if kept is not None:
-        return kept
-    placement = signature(tx, group)  # devices claimed: the claims are read afresh
+    if not (in_play(tx) or ctx.snapshot.queues.typed_names(group.queue)):
+        build = lambda: _alone(tx, group)  # noqa: E731
+        kept = kept_per_group(tx.memo, _KEPT, None, group, build, intern=True)
+        if kept is not None:
+            return kept
+    # Read afresh: inter-pod terms, per-GPU-type limits or devices claimed.
+    placement = signature(tx, placeable(ctx, group))
     return None if placement is None else Signature((_job(group), placement))
 
 

@@ -28,7 +28,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from kai_ray.decisions.admission import is_preemptible, refusal
@@ -45,7 +45,7 @@ from kai_ray.decisions.ordering import (
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.placement.equivalence import KnownFailure
 from kai_ray.decisions.plan import GroupStatus
-from kai_ray.decisions.waiting import waiting_candidates
+from kai_ray.decisions.waiting import waiting_jobs
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,6 @@ class _Allocation:
 
     def run(self) -> None:
         extras = list[Candidate]()
-        tx = self.ctx.transaction
         for group in self.ctx.snapshot.pod_groups.values():
             if not group.pending or group.missing:
                 continue  # neither admitted with pods to add, nor waiting (below)
@@ -82,13 +81,7 @@ class _Allocation:
                 extras.append(candidate_for(group))
         # The waiting gangs (`ordering.waits`), each queue's in order, kept while
         # the backlog stays as it was; less those an action before placed pods of.
-        minimums: Mapping[str, Sequence[Candidate]] = waiting_candidates(tx)
-        if tx.placed:
-            minimums = {
-                queue: [c for c in jobs if not tx.placed_pending(c.group.key)]
-                for queue, jobs in minimums.items()
-            }
-        self.minimums(WaitingJobs.of_sorted(minimums), extras)
+        self.minimums(waiting_jobs(self.ctx.transaction), extras)
         self.extras(extras)
 
     def minimums(self, waiting: WaitingJobs, extras: list[Candidate]) -> None:

@@ -50,7 +50,7 @@ from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.eviction import domain_could_hold, gang_domains
 from kai_ray.decisions.kept import kept_per_group
-from kai_ray.decisions.ordering import Candidate, group_priority
+from kai_ray.decisions.ordering import group_priority, job_key
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.placement.equivalence import signature
 from kai_ray.decisions.plan import Evict, GroupStatus, Nominate
@@ -95,18 +95,10 @@ class ConsolidateAction:
 
 def in_turn(ctx: CycleContext) -> list[PodGroupState]:
     """The waiting gangs (`ordering.waits`), higher priority first, then older: the
-    kept lists of each queue's candidates (`waiting.waiting_candidates`, in that
-    order within a queue) merged, less the gangs an action before placed pods of."""
-    tx = ctx.transaction
-    merged = heapq.merge(*waiting_candidates(tx).values(), key=_turn)
-    if not tx.placed:
-        return [candidate.group for candidate in merged]
-    return [c.group for c in merged if not tx.placed_pending(c.group.key)]
-
-
-def _turn(candidate: Candidate) -> tuple[int, str, str]:
-    group = candidate.group
-    return (-candidate.priority, group.creation_timestamp, group.key)
+    kept lists of each queue's candidates merged (`waiting.waiting_candidates`, in
+    `ordering.job_key` order, which for a gang's missing minimum is exactly that)."""
+    by_queue = waiting_candidates(ctx.transaction).values()
+    return [candidate.group for candidate in heapq.merge(*by_queue, key=job_key)]
 
 
 def consolidation_for(ctx: CycleContext, group: PodGroupState) -> list[PodGroupState] | None:

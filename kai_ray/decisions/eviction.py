@@ -1,6 +1,6 @@
 """The eviction steps reclaim and preempt share: make room for one waiting job.
 
-1. `waiting_candidates`: groups whose minimum is still missing and that
+1. `waiting.waiting_jobs`: groups whose minimum is still missing and that
    nothing placed this cycle, as candidates in their leaf queues;
 2. `running_units`: the victim units of running, preemptible groups of this
    scheduler that the action accepts, untouched this cycle and not protected
@@ -69,7 +69,6 @@ from kai_ray.decisions.victims import (
     unit_order,
     victim_units,
 )
-from kai_ray.decisions.waiting import waiting_candidates as kept_candidates
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
 from kai_ray.values.resources import EPSILON, GPU, Resources
@@ -506,20 +505,6 @@ def refusal_key(ctx: CycleContext, candidate: Candidate) -> Hashable | None:
     if alike is None:
         return None
     return (ctx.transaction.version, ctx.ledger.version, alike)
-
-
-def waiting_candidates(ctx: CycleContext) -> WaitingJobs:
-    """The waiting gangs (`ordering.waits`), each asking for its missing minimum: the
-    kept lists of each queue's candidates in order (`waiting.waiting_candidates`),
-    less the gangs an action before placed pods of."""
-    tx = ctx.transaction
-    by_queue = kept_candidates(tx)
-    if tx.placed:
-        by_queue = {
-            queue: [c for c in jobs if not tx.placed_pending(c.group.key)]
-            for queue, jobs in by_queue.items()
-        }
-    return WaitingJobs.of_sorted(by_queue)
 
 
 def running_units(

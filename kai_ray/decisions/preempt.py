@@ -33,14 +33,13 @@ from kai_ray.decisions.eviction import (
     record,
     running_units,
     victim_groups,
-    waiting_candidates,
 )
 from kai_ray.decisions.ordering import Candidate, group_priority
 from kai_ray.decisions.runtime import Protection, RuntimeField
 from kai_ray.decisions.totals import Tally, kept_tally
 from kai_ray.decisions.transaction import MemoKey
 from kai_ray.decisions.victims import Budget
-from kai_ray.decisions.waiting import waiting_asks
+from kai_ray.decisions.waiting import waiting_asks, waiting_jobs
 from kai_ray.state.groups import PodGroupState
 
 
@@ -51,7 +50,7 @@ class PreemptAction:
     def run(self, ctx: CycleContext) -> None:
         if not victims_below_anyone(ctx):
             return  # every attempt would find no victim and change nothing
-        attempt_in_turn(ctx, waiting_candidates(ctx), functools.partial(self.attempt, ctx))
+        attempt_in_turn(ctx, waiting_jobs(ctx.transaction), functools.partial(self.attempt, ctx))
 
     def attempt(self, ctx: CycleContext, candidate: Candidate, speculative: bool) -> bool:
         """Make room for the candidate (`eviction.Attempt`): whether victims were found."""

@@ -49,14 +49,13 @@ from kai_ray.decisions.eviction import (
     evict_to_fit,
     record,
     running_units,
-    waiting_candidates,
 )
 from kai_ray.decisions.fairness import quota_of
 from kai_ray.decisions.ledger import QueueLedger
 from kai_ray.decisions.ordering import Candidate
 from kai_ray.decisions.runtime import Protection, RuntimeField
 from kai_ray.decisions.victims import Budget, VictimUnit
-from kai_ray.decisions.waiting import waiting_asks
+from kai_ray.decisions.waiting import waiting_asks, waiting_jobs
 from kai_ray.state.groups import PodGroupState
 from kai_ray.values.resources import EPSILON, Resources, add_into
 
@@ -342,7 +341,7 @@ class ReclaimAction:
     def run(self, ctx: CycleContext) -> None:
         if not anyone_within_share(ctx):
             return  # every attempt would stop at its first test, changing nothing
-        waiting = waiting_candidates(ctx)
+        waiting = waiting_jobs(ctx.transaction)
         if waiting.empty():
             return  # no job to reclaim for: skip summing every live pod
         contested = contested_resources(ctx.snapshot.pod_groups, ctx.capacity, ctx.ledger)

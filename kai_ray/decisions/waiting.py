@@ -20,7 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kai_ray.decisions.admission import is_preemptible
-from kai_ray.decisions.ordering import Candidate, candidate_for, job_key, releasing_members
+from kai_ray.decisions.ordering import (
+    Candidate,
+    WaitingJobs,
+    candidate_for,
+    job_key,
+    releasing_members,
+)
 from kai_ray.decisions.totals import kept_for_waiting
 from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.state.groups import PodGroupState
@@ -159,6 +165,18 @@ def waiting_asks(tx: Transaction) -> tuple[Ask, ...]:
 
 def waiting_candidates(tx: Transaction) -> Mapping[str, Sequence[Candidate]]:
     """Per leaf queue, the waiting candidates in order (`WaitingCandidates`):
-    `ordering.waits` less what the transaction placed. Read only: copy to change."""
+    `ordering.waits`, so less the gangs the transaction placed pods of. Read only:
+    copy to change."""
     waiting = tx.snapshot.waiting_groups
-    return kept_for_waiting(tx.memo, CANDIDATES, waiting, WaitingCandidates).by_queue
+    by_queue = kept_for_waiting(tx.memo, CANDIDATES, waiting, WaitingCandidates).by_queue
+    if not tx.placed:
+        return by_queue
+    return {
+        queue: [c for c in jobs if not tx.placed_pending(c.group.key)]
+        for queue, jobs in by_queue.items()
+    }
+
+
+def waiting_jobs(tx: Transaction) -> WaitingJobs:
+    """`waiting_candidates` to take from in turn (`ordering.take_next`)."""
+    return WaitingJobs.of_sorted(waiting_candidates(tx))
