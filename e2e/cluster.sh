@@ -334,8 +334,11 @@ up() {
     # too large for client-side apply's last-applied annotation: apply server-side
     kube apply --server-side --force-conflicts -f "$crds/ray.io_rayclusters.yaml" \
       -f "$crds/ray.io_rayjobs.yaml" -f "$crds/ray.io_rayservices.yaml" >/dev/null
-    kube wait --for=condition=Established --timeout=60s \
-      crd/rayclusters.ray.io crd/rayjobs.ray.io crd/rayservices.ray.io >/dev/null
+    # retried: `kubectl wait` fails at once ("accessor error") on a CRD the API
+    # server has not given a status yet, instead of waiting for it
+    wait_for "the Ray CRDs" 60 kube wait --for=condition=Established --timeout=5s \
+      crd/rayclusters.ray.io crd/rayjobs.ray.io crd/rayservices.ray.io \
+      || { down_quiet; exit 1; }
     KUBECONFIG="$RUN/kuberay-operator.kubeconfig" start ray-operator "$ray_bin" \
       --enable-leader-election=false \
       --metrics-addr="127.0.0.1:$RAY_METRICS_PORT" \
