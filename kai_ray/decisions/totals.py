@@ -29,6 +29,7 @@ from kai_ray.decisions.fairness import KeptShares
 from kai_ray.decisions.kept import KeptPerGroup
 from kai_ray.decisions.ordering import group_priority
 from kai_ray.decisions.placement.mix import ClassCounts
+from kai_ray.decisions.placement.node_kept import KeptAcrossCycles
 from kai_ray.decisions.transaction import CycleMemo, MemoKey
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
@@ -232,6 +233,9 @@ class GroupTotals:
         #: fragmentation` (`mix.ClassCounts`): kept here, where the cycle's other
         #: walks over every pod are kept, and followed only when the mix is asked for.
         self.class_counts = ClassCounts()
+        #: Placement's per-node values, kept while each node's rows are as they were
+        #: (`node_kept.KeptAcrossCycles`).
+        self.per_node = KeptAcrossCycles()
         #: Values the actions derive from the waiting groups alone (`KeptForWaiting`).
         self.per_waiting = KeptForWaiting()
         #: The last fair shares, given again while their inputs are equal.

@@ -26,6 +26,7 @@ from kai_ray.decisions.placement.fit import (
     room_on,
 )
 from kai_ray.decisions.placement.mix import MIX, TransactionMix, WorkloadMix, mix_of
+from kai_ray.decisions.placement.node_kept import ACROSS_CYCLES, KeptAcrossCycles
 from kai_ray.decisions.placement.shapes import PodShape, shape_of
 from kai_ray.decisions.placement.stranding import resource_weights, score_nodes
 from kai_ray.decisions.plan import Bind
@@ -228,6 +229,65 @@ def test_scores_kept_across_placements_and_rollbacks_are_the_fresh_ones(
             kept_shape, fresh_shape = shape_of(tx, probe), shape_of(fresh, probe)
             nodes = static_nodes(tx, probe)
             fit = nodes[room_on(tx, kept_shape, nodes) > 0]
+            if not fit.size:
+                continue
+            mine = score_nodes(
+                tx, kept_shape, fit, mix_of(tx, FRAGMENTATION.fragmentation).arrays(tx)
+            )
+            theirs = score_nodes(
+                fresh, fresh_shape, fit, mix_of(fresh, FRAGMENTATION.fragmentation).arrays(fresh)
+            )
+            assert mine.score.tolist() == theirs.score.tolist()
+            assert mine.device.tolist() == theirs.device.tolist()
+            assert choose_node(tx, kept_shape, nodes, FRAGMENTATION) == choose_node(
+                fresh, fresh_shape, nodes, FRAGMENTATION
+            )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    scene=scenes(),
+    steps=st.lists(
+        st.tuples(st.integers(0, len(PALETTE) - 1), st.integers(0, 30), st.booleans()),
+        max_size=8,
+    ),
+    other=st.lists(st.sampled_from(PALETTE), min_size=1, max_size=4, unique=True),
+)
+def test_values_kept_across_transactions_are_the_fresh_ones(
+    scene: tuple[Transaction, PodState],
+    steps: list[tuple[int, int, bool]],
+    other: list[tuple[float, float, int, float]],
+) -> None:
+    """Cycle after cycle: each transaction takes the per-node values the ones before it
+    kept (`node_kept.KeptAcrossCycles`), starts from some of the placements made so far
+    (its nodes partly changed, partly not), sees one of two workload mixes and places
+    one more pod with the strategy; then every palette shape's room, scores and chosen
+    node are a fresh transaction's."""
+    base, _ = scene
+    mixes = (mix_of(base, FRAGMENTATION.fragmentation).mix, WorkloadMix(3600.0))
+    for i, drawn in enumerate(other):
+        mixes[1].observe(pod(*drawn), 0.0, float(i + 1))
+    across = KeptAcrossCycles()
+    placements = list(base.placements)
+    for index, cut, first_mix in steps:
+        tx = Transaction(base.snapshot)
+        tx.memo.keep(ACROSS_CYCLES, None, across)
+        tx.memo.keep(MIX, None, TransactionMix(mixes[0 if first_mix else 1]))
+        for placement in placements[: cut % (len(placements) + 1)]:
+            tx.place(placement)
+        state = pod(*PALETTE[index])
+        shape = shape_of(tx, state)
+        node = choose_node(tx, shape, static_nodes(tx, state), FRAGMENTATION)
+        if node is not None:
+            place(tx, state, node, choose_devices(tx, shape, node, FRAGMENTATION))
+            placements.append(tx.placements[-1])
+        fresh = fresh_copy(tx)
+        for probe in (pod(*p) for p in PALETTE):
+            kept_shape, fresh_shape = shape_of(tx, probe), shape_of(fresh, probe)
+            nodes = static_nodes(tx, probe)
+            room = room_on(tx, kept_shape, nodes)
+            assert room.tolist() == room_on(fresh, fresh_shape, nodes).tolist()
+            fit = nodes[room > 0]
             if not fit.size:
                 continue
             mine = score_nodes(

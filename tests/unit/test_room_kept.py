@@ -1,5 +1,6 @@
 """The room of every node kept per shape (`fit.room_on` on many nodes) equals `fit.room`
-worked out afresh, through placements, evictions and rollbacks."""
+worked out afresh, through placements, evictions and rollbacks, and in a later
+transaction that takes what an earlier one kept (`node_kept.KeptAcrossCycles`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from kai_ray.decisions.placement import fit, place_extras, place_gang
+from kai_ray.decisions.placement.node_kept import ACROSS_CYCLES, KeptAcrossCycles
 from kai_ray.decisions.placement.shapes import shape_of
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.snapshot import Snapshot
@@ -55,31 +57,34 @@ def assert_kept_equals_fresh(tx: Transaction) -> None:
 
 
 @pytest.mark.parametrize(
-    ("seed", "shapes_kept"),
-    [(0, fit.KEPT_SHAPES), (1, fit.KEPT_SHAPES), (2, 1)],
-    ids=["seed 0", "seed 1", "seed 2, one shape kept at a time"],
+    ("seed", "values_kept"),
+    [(0, KeptAcrossCycles.AT_MOST), (1, KeptAcrossCycles.AT_MOST), (2, 1)],
+    ids=["seed 0", "seed 1", "seed 2, one value kept across transactions at a time"],
 )
 def test_the_kept_room_follows_placements_evictions_and_rollbacks(
-    monkeypatch: pytest.MonkeyPatch, seed: int, shapes_kept: int
+    monkeypatch: pytest.MonkeyPatch, seed: int, values_kept: int
 ) -> None:
-    monkeypatch.setattr(fit, "KEPT_SHAPES", shapes_kept)
+    monkeypatch.setattr(KeptAcrossCycles, "AT_MOST", values_kept)
     snapshot = generated(seed)
-    tx = Transaction(snapshot)
+    across = KeptAcrossCycles()
     config = SchedulerConfigSpec()
     groups = sorted(snapshot.pod_groups.values(), key=lambda g: g.creation_timestamp)
     rng = random.Random(seed)
-    assert_kept_equals_fresh(tx)
-    for group in groups:
-        mark = tx.checkpoint()
-        place_gang(tx, group, config)
-        place_extras(tx, group, config, limit=1)
-        if rng.random() < 0.3:
-            busy = [pod for pod in snapshot.pods.values() if pod.node and pod.key not in tx.removed]
-            tx.evict(rng.choice(busy), "ns/busy")
+    for _ in range(3):  # each transaction after the first takes what the last one kept
+        tx = Transaction(snapshot)
+        tx.memo.keep(ACROSS_CYCLES, None, across)
         assert_kept_equals_fresh(tx)
-        if rng.random() < 0.4:
-            tx.rollback(mark)
+        for group in rng.sample(groups, len(groups) // 2):
+            mark = tx.checkpoint()
+            place_gang(tx, group, config)
+            place_extras(tx, group, config, limit=1)
+            if rng.random() < 0.3:
+                busy = [p for p in snapshot.pods.values() if p.node and p.key not in tx.removed]
+                tx.evict(rng.choice(busy), "ns/busy")
             assert_kept_equals_fresh(tx)
-        else:
-            tx.commit()
-    assert tx.placed, "some pods were placed"
+            if rng.random() < 0.4:
+                tx.rollback(mark)
+                assert_kept_equals_fresh(tx)
+            else:
+                tx.commit()
+        assert tx.placed, "some pods were placed"

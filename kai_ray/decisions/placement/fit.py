@@ -17,11 +17,20 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from kai_ray.decisions.placement.mix import mix_of
+from kai_ray.decisions.placement.node_kept import (
+    Slot,
+    Versions,
+    kept_per_node,
+    stale_rows,
+    unworked,
+    worked,
+)
 from kai_ray.decisions.placement.shapes import PodShape
 from kai_ray.decisions.placement.stranding import choose_least_stranding, device_for_share
 from kai_ray.decisions.transaction import MemoKey, Transaction
@@ -61,49 +70,40 @@ def room(
 
 def room_on(tx: Transaction, shape: PodShape, nodes: Indices) -> Counts:
     """`room` on some nodes of the transaction's current state. On many nodes it is
-    read from the room of every node for the shape, kept for the transaction and
-    worked out again only on the nodes it changed since (`Transaction.changed_nodes`):
-    placing the pods of a large cycle one by one would otherwise work out every
+    read from the room of every node for the shape, kept and worked out again only
+    on the nodes whose free row or devices changed (`node_kept.Rows`, across cycles
+    too): placing the pods of a large cycle one by one would otherwise work out every
     node's room for every pod (a third of a 50,000-node cycle)."""
     if len(nodes) < KEPT_FROM:
         return _room_of(tx, shape, nodes)
-    rooms = tx.memo.get(ROOMS, None, dict)
-    kept = rooms.pop(id(shape), None)
-    if kept is None or kept.shape is not shape:  # new, or another shape at a reused address
-        kept = _Rooms(shape, tx)
-    rooms[id(shape)] = kept  # the last used last
-    if len(rooms) > KEPT_SHAPES:
-        del rooms[next(iter(rooms))]  # the least recently used
-    return kept.on(tx, nodes)
+    inputs = (tx.snapshot.resource_names, shape.need, shape.columns, shape.fraction)
+    kept = kept_per_node(tx, ROOMS, (shape.requests, shape.share), inputs, lambda: _Rooms.of(tx))
+    stale, at = stale_rows(tx, kept, nodes)
+    if len(stale):
+        kept.counts[stale] = _room_of(tx, shape, stale)
+        worked(kept, stale, at)
+    found: Counts = kept.counts[nodes]
+    return found
 
 
 #: From this many nodes a query reads the kept room of every node (`room_on`).
 KEPT_FROM = 256
-#: The room of every node is kept for this many shapes at most (the most recently
-#: used): 50,000 nodes cost 400 KB a shape.
-KEPT_SHAPES = 64
 
 
+@dataclass
 class _Rooms:
-    """The room of every node of the transaction for one shape, as of `read`
-    entries of `Transaction.changed_nodes` (every node whose row changed)."""
+    """The room of every node for one shape, and which nodes it still holds for."""
 
-    def __init__(self, shape: PodShape, tx: Transaction) -> None:
-        self.shape = shape
-        self.read = len(tx.changed_nodes)
-        self.counts = _room_of(tx, shape, np.arange(len(tx.free), dtype=np.intp))
+    counts: Counts
+    versions: Versions
 
-    def on(self, tx: Transaction, nodes: Indices) -> Counts:
-        if self.read < len(tx.changed_nodes):
-            rows = np.unique(np.asarray(tx.changed_nodes[self.read :], dtype=np.intp))
-            self.counts[rows] = _room_of(tx, self.shape, rows)
-            self.read = len(tx.changed_nodes)
-        found: Counts = self.counts[nodes]
-        return found
+    @classmethod
+    def of(cls, tx: Transaction) -> _Rooms:
+        return cls(np.zeros(len(tx.free), dtype=np.int64), unworked(tx))
 
 
-#: Per shape (by identity; the transaction's memo keeps its shapes alive): `_Rooms`.
-ROOMS = MemoKey[dict[int, _Rooms]]("room of every node")
+#: Per shape (requests, share): `_Rooms`.
+ROOMS: Slot[_Rooms] = MemoKey("room of every node")
 
 
 def _room_of(tx: Transaction, shape: PodShape, nodes: Indices) -> Counts:
@@ -152,8 +152,36 @@ def _balance_then_packing(tx: Transaction, shape: PodShape, nodes: Indices) -> M
     most even (`imbalance_added`), then the fullest. A pod heavy on CPU goes where
     cores are left over beside the GPUs, one light on CPU where cores are short, so
     fewer nodes end with GPUs no pod can reach for want of cores (or cores no GPU pod
-    can use). Measured on bench_fragmentation: docs/placement.md."""
-    return BALANCE_FIRST * imbalance_added(tx, shape, nodes) + _remaining_share(tx, shape, nodes)
+    can use). Measured on bench_fragmentation: docs/placement.md. A function of each
+    node's rows alone: kept, and worked out again for the nodes that changed."""
+    snapshot = tx.snapshot
+    inputs = (snapshot.resource_names, snapshot.allocatable, shape.need, shape.fraction)
+    build = lambda: _Packing.of(tx)  # noqa: E731
+    kept = kept_per_node(tx, PACKING, (shape.requests, shape.share), inputs, build)
+    stale, at = stale_rows(tx, kept, nodes)
+    if len(stale):
+        balance = imbalance_added(tx, shape, stale)
+        kept.values[stale] = BALANCE_FIRST * balance + _remaining_share(tx, shape, stale)
+        worked(kept, stale, at)
+    found: Matrix = kept.values[nodes]
+    return found
+
+
+@dataclass
+class _Packing:
+    """Per node of the snapshot: `_balance_then_packing` for one shape, and which
+    nodes it still holds for."""
+
+    values: Matrix
+    versions: Versions
+
+    @classmethod
+    def of(cls, tx: Transaction) -> _Packing:
+        return cls(np.zeros(len(tx.free)), unworked(tx))
+
+
+#: Per shape (requests, share): the tie-break of `fragmentation` on every node.
+PACKING: Slot[_Packing] = MemoKey("fragmentation tie-break")
 
 
 def imbalance_added(tx: Transaction, shape: PodShape, nodes: Indices) -> Matrix:

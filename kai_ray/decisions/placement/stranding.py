@@ -37,6 +37,14 @@ import numpy as np
 import numpy.typing as npt
 
 from kai_ray.decisions.placement.mix import MixArrays
+from kai_ray.decisions.placement.node_kept import (
+    Slot,
+    Versions,
+    kept_per_node,
+    stale_rows,
+    unworked,
+    worked,
+)
 from kai_ray.decisions.placement.shapes import PodShape
 from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.state.snapshot import POD_COUNT
@@ -119,65 +127,56 @@ class Choice:
     score: Matrix
     #: Per node: the device a share goes to (-1 for other pods).
     device: npt.NDArray[np.intp]
-    #: Per node: the bin-packing score, the tie-break (NaN when not asked for).
-    packing: Matrix
 
 
 @dataclass
 class _Scores:
-    """Per node of the snapshot: one shape's score and device under one mix, whether
-    they still hold, and how much of the transaction's log was seen."""
+    """Per node of the snapshot: one shape's score and device under one mix, and
+    which nodes they still hold for (`Rows`)."""
 
-    mix: MixArrays
     score: Matrix
     device: npt.NDArray[np.intp]
-    packing: Matrix
-    fresh: Flags
-    seen: int = 0
-    last: object = None
+    versions: Versions
     #: (score, device) by what a node's score is a function of (`_state_key`): nodes
     #: alike in shape and use score alike, so a burst onto a fleet of one node type
     #: works each state out once.
     by_state: dict[tuple[object, ...], tuple[float, int]] = field(default_factory=dict)
 
-
-#: Per shape (requests, share): its scores, kept while the mix is the same object.
-SCORES = MemoKey[_Scores]("stranding scores")
-
-
-def score_nodes(
-    tx: Transaction,
-    shape: PodShape,
-    nodes: Indices,
-    mix: MixArrays,
-    packing: Callable[[Indices], Matrix] | None = None,
-) -> Choice:
-    """How much one pod of `shape` raises the expected stranded amount on each of `nodes`
-    (all of which must fit it), on its best device for a share, and `packing`'s score.
-    A node's scores depend only on that node, the shape and the mix: they are kept and
-    worked out again only for nodes placed on since (exact, as the class fits are)."""
-    key = (shape.requests, shape.share)
-    kept = tx.memo.find(SCORES, key)
-    if kept is None or kept.mix is not mix:
+    @classmethod
+    def of(cls, tx: Transaction) -> _Scores:
         size = len(tx.free)
-        device = np.full(size, -1, dtype=np.intp)
-        packed = np.full(size, np.nan)
-        kept = _Scores(mix, np.zeros(size), device, packed, np.zeros(size, dtype=np.bool_))
-        tx.memo.keep(SCORES, key, kept)
-    if not _log_intact(tx, kept.seen, kept.last):
-        kept.fresh[:] = False
-    else:
-        kept.fresh[_touched(tx, kept.seen)] = False
-    kept.seen, kept.last = len(tx.placements), tx.placements[-1] if tx.placements else None
-    stale = nodes[~kept.fresh[nodes]]
+        return cls(np.zeros(size), np.full(size, -1, dtype=np.intp), unworked(tx))
+
+
+#: Per shape (requests, share): its scores, kept while the mix, the weights and the
+#: shape are equal (`node_kept.kept_rows`: across cycles too).
+SCORES: Slot[_Scores] = MemoKey("stranding scores")
+#: `_Scores.by_state` starts afresh past this many node states.
+STATES_AT_MOST = 4096
+
+
+def score_nodes(tx: Transaction, shape: PodShape, nodes: Indices, mix: MixArrays) -> Choice:
+    """How much one pod of `shape` raises the expected stranded amount on each of `nodes`
+    (all of which must fit it), on its best device for a share. A node's scores depend
+    only on that node, the shape, the mix and the weights: they are kept and worked out
+    again only for nodes whose free row or devices changed (exact, as the class fits
+    are)."""
+    inputs = (*_mix_inputs(tx, mix), mix.probability, resource_weights(tx), *_shape_inputs(shape))
+    kept = kept_per_node(tx, SCORES, (shape.requests, shape.share), inputs, lambda: _Scores.of(tx))
+    stale, at = stale_rows(tx, kept, nodes)
     if len(stale):
         _rescore(tx, shape, stale, mix, kept)
-        kept.packing[stale], kept.fresh[stale] = np.nan, True
-    if packing is not None:
-        missing = nodes[np.isnan(kept.packing[nodes])]
-        if len(missing):
-            kept.packing[missing] = packing(missing)
-    return Choice(kept.score[nodes], kept.device[nodes], kept.packing[nodes])
+        worked(kept, stale, at)
+    return Choice(kept.score[nodes], kept.device[nodes])
+
+
+def _mix_inputs(tx: Transaction, mix: MixArrays) -> tuple[object, ...]:
+    """What class fits are worked out from besides a node's rows."""
+    return (mix.keys, tx.snapshot.resource_names, mix.need, mix.allowed, mix.fraction)
+
+
+def _shape_inputs(shape: PodShape) -> tuple[object, ...]:
+    return (shape.requests, shape.share, shape.need, shape.fraction)
 
 
 #: Up to this many stale nodes are scored through `_Scores.by_state`; more (a first
@@ -192,6 +191,8 @@ def _rescore(
     if len(stale) > FEW:
         kept.score[stale], kept.device[stale] = _score_now(tx, shape, stale, mix)
         return
+    if len(kept.by_state) > STATES_AT_MOST:
+        kept.by_state.clear()
     keys = [_state_key(tx, shape, mix, int(node)) for node in stale]
     missing = [i for i, key in enumerate(keys) if key not in kept.by_state]
     if missing:
@@ -216,17 +217,6 @@ def _state_key(tx: Transaction, shape: PodShape, mix: MixArrays, node: int) -> t
     )
 
 
-def _log_intact(tx: Transaction, seen: int, last: object) -> bool:
-    """The transaction's log still holds what was seen (it only grows, or shrinks on a
-    rollback, after which a new entry is a new object)."""
-    log = tx.placements
-    return seen <= len(log) and (seen == 0 or log[seen - 1] is last)
-
-
-def _touched(tx: Transaction, seen: int) -> list[int]:
-    return [p.node for p in tx.placements[seen:]]
-
-
 def _score_now(
     tx: Transaction, shape: PodShape, nodes: Indices, mix: MixArrays
 ) -> tuple[Matrix, npt.NDArray[np.intp]]:
@@ -240,7 +230,7 @@ def _score_now(
     if shape.shares_gpu:
         return _best_device(before, shape, mix, (gpu, weights), (base, partial))
     free = before.free - shape.need
-    fits = _fits_after_whole(before, free, shape, mix)
+    fits = _known_fits_after_whole(tx, before, shape, mix)
     unusable, stranded_gpu = _expectation(mix, fits, partial)
     score = unusable * (np.maximum(free, 0.0) @ weights) + stranded_gpu * weights[gpu] - base
     return score, np.full(len(nodes), -1, dtype=np.intp)
@@ -266,62 +256,57 @@ def _fits_after_whole(state: NodeState, free: Matrix, shape: PodShape, mix: MixA
 
 @dataclass
 class _Known:
-    """Per node of the snapshot: the class fits and stranded GPU last worked out, whether
-    they still hold, and the free row and devices they were worked out on."""
+    """Per node of the snapshot: the class fits and stranded GPU last worked out, and
+    which nodes they still hold for (`Rows`)."""
 
-    keys: tuple[object, ...]
     fits: Flags
     partial: Matrix
-    fresh: Flags
-    free: Matrix
-    devices: Matrix
-    #: How much of the transaction's log was seen, and its last entry then.
-    seen: int = 0
-    last: object = None
+    versions: Versions
+
+    @classmethod
+    def of(cls, tx: Transaction, classes: int) -> _Known:
+        nodes = len(tx.free)
+        fits = np.zeros((classes, nodes), dtype=np.bool_)
+        return cls(fits, np.zeros((classes, nodes), dtype=np.float64), unworked(tx))
 
 
-KNOWN = MemoKey[_Known]("stranding per node")
+#: The class fits before a pod, kept while the mix's classes are the same.
+KNOWN: Slot[_Known] = MemoKey("stranding per node")
+#: Per shape (requests, share) without a GPU share: the class fits once a pod is placed.
+AFTER: Slot[_Known] = MemoKey("stranding per node after a pod")
 
 
 def _known_fits_and_partial(
     tx: Transaction, state: NodeState, mix: MixArrays
 ) -> tuple[Flags, Matrix]:
-    """`_fits_and_partial`, worked out again only for rows whose free resources or devices
-    changed since (exact: nothing else they depend on changes within a transaction)."""
-    known = tx.memo.find(KNOWN, None)
-    if known is None or known.keys != mix.keys:
-        classes, nodes = len(mix.keys), len(tx.free)
-        known = _Known(
-            mix.keys,
-            np.zeros((classes, nodes), dtype=np.bool_),
-            np.zeros((classes, nodes), dtype=np.float64),
-            np.zeros(nodes, dtype=np.bool_),
-            tx.free.copy(),
-            tx.devices.copy(),
-        )
-        tx.memo.keep(KNOWN, None, known)
-    _catch_up(tx, known)
-    stale = ~known.fresh[state.nodes]
-    if stale.any():
-        rows = state.nodes[stale]
-        changed = NodeState(state.free[stale], state.devices[stale], state.whole_free[stale], rows)
-        known.fits[:, rows], known.partial[:, rows] = _fits_and_partial(changed, mix)
-        known.free[rows], known.devices[rows] = changed.free, changed.devices
-        known.fresh[rows] = True
+    """`_fits_and_partial`, worked out again only for rows whose free resources or
+    devices changed since (exact: nothing else they depend on changes while the mix's
+    classes are the same)."""
+    build = lambda: _Known.of(tx, len(mix.keys))  # noqa: E731
+    known = kept_per_node(tx, KNOWN, None, _mix_inputs(tx, mix), build)
+    stale, at = stale_rows(tx, known, state.nodes)
+    if len(stale):
+        changed = NodeState(tx.free[stale], tx.devices[stale], tx.whole_free[stale], stale)
+        known.fits[:, stale], known.partial[:, stale] = _fits_and_partial(changed, mix)
+        worked(known, stale, at)
     return known.fits[:, state.nodes], known.partial[:, state.nodes]
 
 
-def _catch_up(tx: Transaction, known: _Known) -> None:
-    """Mark the nodes changed since the log was last seen: those placed on or taken from
-    after it, when the log still holds what was seen (it only grows, or shrinks on a
-    rollback); else every node whose free row or devices differ from the ones worked on."""
-    log = tx.placements
-    if _log_intact(tx, known.seen, known.last):
-        known.fresh[_touched(tx, known.seen)] = False
-    else:
-        known.fresh &= np.all(known.free == tx.free, axis=1)
-        known.fresh &= np.all(known.devices == tx.devices, axis=1)
-    known.seen, known.last = len(log), log[-1] if log else None
+def _known_fits_after_whole(
+    tx: Transaction, state: NodeState, shape: PodShape, mix: MixArrays
+) -> Flags:
+    """`_fits_after_whole` for the rows of `state` (all of the transaction's rows as
+    they are), kept per shape as `_known_fits_and_partial` keeps the fits before."""
+    build = lambda: _Known.of(tx, len(mix.keys))  # noqa: E731
+    inputs = (*_mix_inputs(tx, mix), *_shape_inputs(shape))
+    known = kept_per_node(tx, AFTER, (shape.requests, shape.share), inputs, build)
+    stale, at = stale_rows(tx, known, state.nodes)
+    if len(stale):
+        changed = NodeState(tx.free[stale], tx.devices[stale], tx.whole_free[stale], stale)
+        known.fits[:, stale] = _fits_after_whole(changed, changed.free - shape.need, shape, mix)
+        worked(known, stale, at)
+    fits: Flags = known.fits[:, state.nodes]
+    return fits
 
 
 def _best_device(
@@ -431,14 +416,13 @@ def choose_least_stranding(
 ) -> int:
     """The node of `fit` whose placement strands least (ties as the module says;
     `packing` scores the tied nodes, lowest first)."""
-    choice = score_nodes(tx, shape, fit, mix, packing)
+    choice = score_nodes(tx, shape, fit, mix)
     keep = choice.score <= choice.score.min() + TIE
     if not shape.shares_gpu and not shape.whole_gpus:
         free_gpus = tx.free[fit, tx.snapshot.column(GPU)]
         keep &= free_gpus <= free_gpus[keep].min() + TIE
-    tied = np.flatnonzero(keep)
-    best = int(tied[np.argmin(choice.packing[tied])])
-    return int(fit[best])
+    tied = fit[keep]
+    return int(tied[np.argmin(packing(tied))])
 
 
 def device_for_share(tx: Transaction, shape: PodShape, node: int, mix: MixArrays) -> int:

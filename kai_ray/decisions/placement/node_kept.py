@@ -1,0 +1,177 @@
+"""Per-node values kept while each node's free row and devices are as they were.
+
+Placement works out, for every node, values that depend on that node's free
+resources and devices alone, given inputs that stay put (a pod shape, the
+workload mix's classes, the nodes' allocatable): how many pods of a shape fit
+(`fit.room_on`), which classes fit before and after a pod, a pod's stranding
+score, the tie-break (`stranding.py`, `fit.py`). Each such value is kept with,
+per node, the version of the node's rows it was worked out on (`PerNode`);
+`NodeVersions` gives a node a new version whenever its rows may have changed,
+so a value is worked out again only on the nodes whose version moved.
+
+Within a transaction a node's version moves when the transaction places on it,
+takes from it or rolls either back (`Transaction.changed_nodes`). A caller that
+runs cycle after cycle on one cache keeps the values and the versions across
+cycles (`KeptAcrossCycles`, in `run_cycle`'s `GroupTotals`): a new transaction
+compares every node's free row and devices with the ones last seen, once, and
+moves the versions of the nodes that differ. A kept value is taken only when
+every input it was worked out from is equal (arrays by value). A cycle then
+pays for the nodes that changed since the last one, not for every node, and
+every value is the one a fresh transaction works out
+(`tests/unit/test_node_kept.py`). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from kai_ray.decisions.transaction import MemoKey, Transaction
+
+Matrix = npt.NDArray[np.float64]
+Indices = npt.NDArray[np.intp]
+Versions = npt.NDArray[np.int64]
+
+
+class NodeVersions:
+    """Per node, a number that changes whenever its free row or devices may have."""
+
+    def __init__(self) -> None:
+        self._versions: Versions = np.zeros(0, dtype=np.int64)
+        self._serial = 0
+        #: The rows the versions stand for, and the transaction they were read from
+        #: (weakly), with how much of its `changed_nodes` was read.
+        self._free: Matrix = np.zeros((0, 0))
+        self._devices: Matrix = np.zeros((0, 0))
+        self._tx: Callable[[], Transaction | None] = lambda: None
+        self._read = 0
+
+    def of(self, tx: Transaction) -> Versions:
+        """Every node's version in the transaction as it is now."""
+        if self._tx() is not tx:
+            self._follow(tx)
+        elif self._read < len(tx.changed_nodes):
+            rows = np.unique(np.asarray(tx.changed_nodes[self._read :], dtype=np.intp))
+            self._moved(rows)
+            self._free[rows], self._devices[rows] = tx.free[rows], tx.devices[rows]
+            self._read = len(tx.changed_nodes)
+        return self._versions
+
+    def _follow(self, tx: Transaction) -> None:
+        """Another transaction: the nodes whose rows differ from the ones last seen
+        move (all of them when the nodes' layout differs)."""
+        if self._free.shape == tx.free.shape and self._devices.shape == tx.devices.shape:
+            same = np.all(self._free == tx.free, axis=1)
+            same &= np.all(self._devices == tx.devices, axis=1)
+            self._moved(np.flatnonzero(~same))
+        else:
+            self._serial += 1
+            self._versions = np.full(len(tx.free), self._serial, dtype=np.int64)
+        self._free, self._devices = tx.free.copy(), tx.devices.copy()
+        self._tx, self._read = weakref.ref(tx), len(tx.changed_nodes)
+
+    def _moved(self, rows: Indices) -> None:
+        if len(rows):
+            self._serial += 1
+            self._versions[rows] = self._serial
+
+
+class PerNode(Protocol):
+    """A value with one entry per node, and the node versions each entry was worked
+    out at (-1: not yet)."""
+
+    versions: Versions
+
+
+V = TypeVar("V", bound=PerNode)
+
+
+def unworked(tx: Transaction) -> Versions:
+    """Versions for a new `PerNode` value of the transaction's nodes: none worked out."""
+    return np.full(len(tx.free), -1, dtype=np.int64)
+
+
+class KeptAcrossCycles:
+    """The node versions, and per-node values kept from one transaction to the next
+    by what they are and the inputs they were worked out from (the most recently
+    used `AT_MOST`: a value costs a few numbers per node)."""
+
+    AT_MOST = 64
+
+    def __init__(self) -> None:
+        self.versions = NodeVersions()
+        self._kept: dict[Hashable, tuple[tuple[object, ...], Any]] = {}
+
+    def find(self, key: Hashable, inputs: tuple[object, ...]) -> Any | None:
+        found = self._kept.pop(key, None)
+        if found is None or not _same(found[0], inputs):
+            return None
+        self._kept[key] = found  # the last used last
+        return found[1]
+
+    def keep(self, key: Hashable, inputs: tuple[object, ...], value: object) -> None:
+        self._kept[key] = (inputs, value)
+        if len(self._kept) > self.AT_MOST:
+            del self._kept[next(iter(self._kept))]
+
+
+#: The caller's values kept across cycles (`run_cycle` puts its `GroupTotals`' here;
+#: a transaction without one keeps its own, for itself).
+ACROSS_CYCLES = MemoKey[KeptAcrossCycles]("per-node values kept across cycles")
+#: A transaction's slot for per-node values: the inputs, and the value.
+Slot = MemoKey[tuple[tuple[object, ...], V]]
+
+
+def kept_per_node(
+    tx: Transaction,
+    slot: Slot[V],
+    key: Hashable,
+    inputs: tuple[object, ...],
+    build: Callable[[], V],
+) -> V:
+    """The value under `slot` and `key` worked out from `inputs` (arrays compared by
+    value): the transaction's, else one kept across cycles from equal inputs, else
+    `build()`."""
+    kept = tx.memo.find(slot, key)
+    if kept is not None and _same(kept[0], inputs):
+        return kept[1]
+    across = tx.memo.get(ACROSS_CYCLES, None, KeptAcrossCycles)
+    found = across.find((slot, key), inputs)
+    value: V = found if found is not None else build()
+    if found is None:
+        across.keep((slot, key), inputs, value)
+    tx.memo.keep(slot, key, (inputs, value))
+    return value
+
+
+def stale_rows(tx: Transaction, value: PerNode, nodes: Indices) -> tuple[Indices, Versions]:
+    """Those of `nodes` whose entries of `value` must be worked out again, and the
+    versions to record for them once they are (`worked`)."""
+    versions = tx.memo.get(ACROSS_CYCLES, None, KeptAcrossCycles).versions.of(tx)
+    found: Indices = nodes[value.versions[nodes] != versions[nodes]]
+    return found, versions[found]
+
+
+def worked(value: PerNode, rows: Indices, versions: Versions) -> None:
+    value.versions[rows] = versions
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _equal(a: object, b: object) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and np.array_equal(a, b)
+        )
+    return bool(a == b)
