@@ -123,7 +123,11 @@ def _write_outputs(
 ) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2) + "\n")
+        # Written as it is encoded: a week's report is hundreds of megabytes, and
+        # `json.dumps` with an indent would hold it whole, in pieces, then joined.
+        with path.open("w") as out:
+            json.dump(report, out, indent=2)
+            out.write("\n")
     if plot is not None:
         from kai_ray.sim.plot import plot_report
 

@@ -42,7 +42,7 @@ class TopologyLevel:
     domains: tuple[TopologyDomain, ...]
     #: For each snapshot node, the index of its domain in `domains`, or -1 when outside.
     node_domain: npt.NDArray[np.int64]
-    #: Row i: free resources of `domains[i]` (the same rows as each domain's `free`).
+    #: Row i: free resources of `domains[i]` (equal to each domain's `free`).
     free: npt.NDArray[np.float64]
 
 
@@ -220,7 +220,11 @@ def _level_patched(
     free.setflags(write=False)
     domains = list(previous.domains)
     for i in touched[moved].tolist():
-        domains[i] = _domain(layout, i, index, free[i])
+        # A row of its own: a view would keep this level's whole array alive for as
+        # long as the domain is kept, patch after patch (a leak over a long run).
+        row = free[i].copy()
+        row.setflags(write=False)
+        domains[i] = _domain(layout, i, index, row)
     return TopologyLevel(layout.label, layout.alias, tuple(domains), layout.node_domain, free)
 
 

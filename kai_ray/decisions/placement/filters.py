@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kai_ray.decisions.placement.claims import claims_example, claims_mask, claims_signature
+from kai_ray.decisions.placement.node_kept import node_static
 from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.state.nodes import Taint
 from kai_ray.state.pod_states import PodState
@@ -49,13 +50,17 @@ def signature(pod: PodState) -> tuple[Any, ...]:
 def static_mask(tx: Transaction, pod: PodState) -> Flags:
     """Nodes that pass every filter but resources, for pods with this signature."""
     key = _key(tx, pod)
-    return tx.memo.get(STATIC_MASK, key, lambda: _static_mask(tx, pod))
+    if pod.claim_entries:  # the claims' part reads more than the nodes' static facts
+        return tx.memo.get(STATIC_MASK, key, lambda: _static_mask(tx, pod))
+    return node_static(tx, STATIC_MASK, key, lambda: _static_mask(tx, pod))
 
 
 def static_nodes(tx: Transaction, pod: PodState) -> Indices:
     """`static_mask` as sorted node indices."""
     build = lambda: np.flatnonzero(static_mask(tx, pod)).astype(np.intp)  # noqa: E731
-    return tx.memo.get(STATIC_NODES, _key(tx, pod), build)
+    if pod.claim_entries:
+        return tx.memo.get(STATIC_NODES, _key(tx, pod), build)
+    return node_static(tx, STATIC_NODES, _key(tx, pod), build)
 
 
 def _key(tx: Transaction, pod: PodState) -> tuple[Any, ...]:
@@ -120,7 +125,7 @@ def label_column(tx: Transaction, key: str) -> npt.NDArray[np.object_]:
             return np.array(tx.snapshot.node_names, dtype=object)
         return np.array([labels.get(key) for labels in tx.snapshot.labels], dtype=object)
 
-    return tx.memo.get(LABEL, key, build)
+    return node_static(tx, LABEL, key, build)
 
 
 def numeric_label_column(tx: Transaction, key: str) -> npt.NDArray[np.float64]:
@@ -129,7 +134,7 @@ def numeric_label_column(tx: Transaction, key: str) -> npt.NDArray[np.float64]:
     def build() -> npt.NDArray[np.float64]:
         return np.array([_integer(v) for v in label_column(tx, key)], dtype=np.float64)
 
-    return tx.memo.get(NUMERIC_LABEL, key, build)
+    return node_static(tx, NUMERIC_LABEL, key, build)
 
 
 def _integer(value: object) -> float:
@@ -151,7 +156,7 @@ def taint_masks(tx: Transaction) -> TaintMasks:
         nodes = len(tx.snapshot.node_names)
         return tuple((taint, _flags_at(nodes, rows)) for taint, rows in carriers.items())
 
-    return tx.memo.get(TAINTS, None, build)
+    return node_static(tx, TAINTS, None, build)
 
 
 def _flags_at(size: int, rows: list[int]) -> Flags:

@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kai_ray.decisions.placement.filters import static_mask
+from kai_ray.decisions.placement.node_kept import node_static
 from kai_ray.decisions.placement.shapes import shape_of
 from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.state.pod_states import PodState
@@ -163,12 +164,25 @@ class TransactionMix:
         classes = self.mix.heaviest()
         keys = tuple(class_key(pod) for pod, _ in classes)
         if self._arrays is None or self._arrays.keys != keys:
-            self._arrays = lay_out(tx, classes)
-        else:
-            probability = np.array([p for _, p in classes], dtype=np.float64)
-            if not np.array_equal(probability, self._arrays.probability):
-                self._arrays = _with_probability(self._arrays, probability)
+            self._arrays = _laid_out(tx, classes, keys)
+        probability = np.array([p for _, p in classes], dtype=np.float64)
+        if not np.array_equal(probability, self._arrays.probability):
+            self._arrays = _with_probability(self._arrays, probability)
         return self._arrays
+
+
+#: The classes laid out over the nodes, by their keys (probabilities aside).
+LAYOUT = MemoKey[MixArrays]("workload mix layout")
+
+
+def _laid_out(
+    tx: Transaction, classes: list[tuple[PodState, float]], keys: tuple[Hashable, ...]
+) -> MixArrays:
+    """`lay_out`, kept from cycle to cycle while the nodes' static facts are the same
+    (`node_kept.node_static`; its probabilities may be another cycle's)."""
+    if any(pod.claim_entries for pod, _ in classes):  # their filters read more than the nodes
+        return lay_out(tx, classes)
+    return node_static(tx, LAYOUT, keys, lambda: lay_out(tx, classes))
 
 
 def _with_probability(arrays: MixArrays, probability: Matrix) -> MixArrays:

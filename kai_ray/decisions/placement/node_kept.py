@@ -88,6 +88,7 @@ class PerNode(Protocol):
 
 
 V = TypeVar("V", bound=PerNode)
+T = TypeVar("T")
 
 
 def unworked(tx: Transaction) -> Versions:
@@ -98,13 +99,47 @@ def unworked(tx: Transaction) -> Versions:
 class KeptAcrossCycles:
     """The node versions, and per-node values kept from one transaction to the next
     by what they are and the inputs they were worked out from (the most recently
-    used `AT_MOST`: a value costs a few numbers per node)."""
+    used `AT_MOST`: a value costs a few numbers per node); and values of the nodes'
+    static facts alone (`node_static`)."""
 
     AT_MOST = 64
+    #: Past this many values of the nodes' static facts, they start afresh.
+    STATIC_AT_MOST = 4096
 
     def __init__(self) -> None:
         self.versions = NodeVersions()
         self._kept: dict[Hashable, tuple[tuple[object, ...], Any]] = {}
+        self._facts: tuple[object, ...] = ()
+        self._static: dict[tuple[MemoKey[Any], Hashable], Any] = {}
+
+    def node_static(
+        self, tx: Transaction, slot: MemoKey[T], key: Hashable, build: Callable[[], T]
+    ) -> T:
+        """The value under `slot` and `key` that the nodes' static facts alone give
+        (names, labels, taints, readiness, cordons, resource columns, GPU memory): kept
+        while the snapshots carry the very same arrays of them (a kept snapshot
+        keeps them while no node changes), else built again."""
+        snapshot = tx.snapshot
+        facts = (
+            snapshot.node_names,
+            snapshot.labels,
+            snapshot.taints,
+            snapshot.ready,
+            snapshot.unschedulable,
+            snapshot.resource_names,
+            snapshot.gpu_memory_mib,
+        )
+        if len(facts) != len(self._facts) or any(
+            a is not b for a, b in zip(facts, self._facts, strict=True)
+        ):
+            self._facts, self._static = facts, {}
+        found = self._static.get((slot, key))
+        if found is None:
+            if len(self._static) >= self.STATIC_AT_MOST:
+                self._static.clear()
+            found = self._static[(slot, key)] = build()
+        value: T = found
+        return value
 
     def find(self, key: Hashable, inputs: tuple[object, ...]) -> Any | None:
         found = self._kept.pop(key, None)
@@ -124,6 +159,18 @@ class KeptAcrossCycles:
 ACROSS_CYCLES = MemoKey[KeptAcrossCycles]("per-node values kept across cycles")
 #: A transaction's slot for per-node values: the inputs, and the value.
 Slot = MemoKey[tuple[tuple[object, ...], V]]
+
+
+def node_static(tx: Transaction, slot: MemoKey[T], key: Hashable, build: Callable[[], T]) -> T:
+    """`KeptAcrossCycles.node_static` of the caller's store (or the transaction's own),
+    through the transaction's memo."""
+    return tx.memo.get(
+        slot,
+        key,
+        lambda: tx.memo.get(ACROSS_CYCLES, None, KeptAcrossCycles).node_static(
+            tx, slot, key, build
+        ),
+    )
 
 
 def kept_per_node(
