@@ -234,6 +234,9 @@ class Simulation:
             self.claims.pod_gone(pod)
             self._forget_pod(pod_key(pod))
             pod.setdefault("status", {})["phase"] = "Succeeded"
+        # The report reads a finished job's record alone: its pods go (a week of
+        # finished jobs would otherwise hold every pod it ever made).
+        job.pods, job.templates = [], ()
         del self._live[group_key]
         self.cache.delete(POD_GROUP, group_key)
         self.accounting.remove_job(group_key)
@@ -508,7 +511,9 @@ class Simulation:
         if reason is None:
             return  # gone already (its job finished, its node went down)
         self._recreate(key, now, reason)
-        touched = [self.jobs[group]] if group in self.jobs else []
+        # A job that finished within the pod's grace is not followed again: it would
+        # be counted as asking for its pods once more.
+        touched = [self._live[group]] if group in self._live else []
         touched += self._bind_pipelined(now)
         for job in touched:
             self._follow_gang(job, now)

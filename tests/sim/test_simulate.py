@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kai_ray.tools.cli import main
+from tests.builders import make_job
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart"
@@ -237,3 +238,38 @@ def test_a_cycle_can_ask_to_run_again_at_a_time(tmp_path: Path) -> None:
     # 0: the pod binds, so one period later (1 s) the cycle runs again and asks for 601 s;
     # the third cycle asks for nothing, and with no other event the run ends.
     assert calls == [0.0, 1.0, 601.0]
+
+
+def test_a_job_finished_within_its_evicted_pods_grace_asks_for_nothing_after(
+    tmp_path: Path,
+) -> None:
+    """A pod evicted 10 s before its job finishes keeps its node for the 30 s grace;
+    when it is gone, the finished job is not followed again (it asked for its pods
+    once more, in the queue's requests, until the end of the run)."""
+    from kai_ray.decisions.cycle import run_cycle
+    from kai_ray.decisions.plan import Evict
+    from kai_ray.sim.engine import Simulation
+    from kai_ray.sim.loader import load
+    from kai_ray.values.clock import SIM_EPOCH_S
+
+    def evicting_cycle(*args: Any) -> Any:
+        result = run_cycle(*args)
+        snapshot, now = args[0], args[3] - SIM_EPOCH_S
+        if now == 90.0:
+            bound = [p for p in snapshot.pods.values() if p.node is not None]
+            evicted = (Evict(p.key, f"{p.namespace}/{p.pod_group}", "reclaim") for p in bound)
+            result.plan.evictions.extend(evicted)
+        elif now < 90.0:
+            result.plan.wake_no_later_than(SIM_EPOCH_S + 90.0)
+        return result
+
+    (tmp_path / "cluster.yaml").write_text(CLUSTER.replace("{count}", "1"))
+    job = make_job("train", "default").queue("team").gpus(1).runs_for("100s").build()
+    (tmp_path / "job.yaml").write_text(json.dumps(job))
+    simulation = Simulation(load([tmp_path]), cycle=evicting_cycle)
+    simulation.run()
+    (record,) = [j.record for j in simulation.jobs.values()]
+    assert record.finished_s == 100.0
+    assert simulation.end_time() >= 120.0  # the evicted pod was gone after its job finished
+    requested = simulation.samples["team"][-1].requested
+    assert requested["nvidia.com/gpu"] == 0.0, requested
