@@ -25,6 +25,7 @@ from kai_ray.decisions.eviction import release_terminating
 from kai_ray.decisions.fairness import OverCommitment, over_committed
 from kai_ray.decisions.kept import PER_GROUP
 from kai_ray.decisions.ordering import waiting_gangs
+from kai_ray.decisions.placement.inter_pod import WITH_TERMS
 from kai_ray.decisions.placement.mix import CLASS_COUNTS
 from kai_ray.decisions.placement.node_kept import ACROSS_CYCLES
 from kai_ray.decisions.plan import Plan
@@ -132,6 +133,7 @@ def run_cycle(
     tx.memo.keep(PER_WAITING, None, totals.per_waiting)
     tx.memo.keep(TALLIES, None, totals.tallies)
     tx.memo.keep(ACROSS_CYCLES, None, totals.per_node)
+    tx.memo.keep(WITH_TERMS, None, totals.with_terms)
     ctx = CycleContext(snapshot, spec, shares, ledger, tx, plan, log, now, capacity, time_up)
     #    Pods being deleted release their room: the actions place onto it (pipelining).
     release_terminating(ctx)

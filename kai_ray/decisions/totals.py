@@ -28,6 +28,7 @@ from kai_ray.decisions.admission import TypedKey, is_preemptible, typed_gpus, ty
 from kai_ray.decisions.fairness import KeptShares
 from kai_ray.decisions.kept import KeptPerGroup
 from kai_ray.decisions.ordering import group_priority
+from kai_ray.decisions.placement.inter_pod import WithTerms
 from kai_ray.decisions.placement.mix import ClassCounts
 from kai_ray.decisions.placement.node_kept import KeptAcrossCycles
 from kai_ray.decisions.transaction import CycleMemo, MemoKey
@@ -233,6 +234,8 @@ class GroupTotals:
         #: fragmentation` (`mix.ClassCounts`): kept here, where the cycle's other
         #: walks over every pod are kept, and followed only when the mix is asked for.
         self.class_counts = ClassCounts()
+        #: How many live pods have inter-pod terms (`inter_pod.WithTerms`).
+        self.with_terms = WithTerms()
         #: Placement's per-node values, kept while each node's rows are as they were
         #: (`node_kept.KeptAcrossCycles`).
         self.per_node = KeptAcrossCycles()

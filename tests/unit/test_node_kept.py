@@ -1,13 +1,13 @@
 """What a cycle keeps from the cycles before it plans what a cycle without it plans.
 
 Hypothesis draws sequences of the events a cache is fed (pods placed and
-pending, with and without a rack selector; PodGroups; nodes relabelled,
+pending, with and without a rack selector or inter-pod terms; PodGroups; nodes relabelled,
 resized, cordoned, made unready and deleted; queues; a Topology), and after
 every event one cycle runs on the cache's kept snapshot with the values kept
 by the cycles before it (`run_cycle`'s `GroupTotals`: the per-node values and
-the nodes' static facts of `node_kept.KeptAcrossCycles`, the sums and values
-kept per group) and one on a fresh build of the same objects with nothing
-kept. Their plans must be equal.
+the nodes' static facts of `node_kept.KeptAcrossCycles`, the count of pods with
+inter-pod terms, the sums and values kept per group) and one on a fresh build
+of the same objects with nothing kept. Their plans must be equal.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ pod_events = st.tuples(
             "node": st.sampled_from([None, None, None, "n0", "n1", "n2", "n3", "n4"]),
             "group": st.integers(0, GROUPS - 1),
             "rack": st.sampled_from([None, None, "r0", "r1"]),
+            "spread": st.sampled_from([False, False, False, True]),
         }
     ),
 )
@@ -74,7 +75,7 @@ events = st.one_of(
 
 def node(index: int, shape: dict[str, Any]) -> dict[str, Any]:
     builder = make_node(f"n{index}").gpus(shape["gpus"]).cpu(shape["cpu"]).memory("512Gi")
-    builder = builder.in_domains(rack=shape["rack"])
+    builder = builder.in_domains(rack=shape["rack"]).label("kubernetes.io/hostname", f"n{index}")
     if not shape["ready"]:
         builder = builder.unready()
     if shape["cordoned"]:
@@ -84,9 +85,17 @@ def node(index: int, shape: dict[str, Any]) -> dict[str, Any]:
 
 def pod(index: int, shape: dict[str, Any]) -> dict[str, Any]:
     builder = make_pod(f"p{index}", "ns").scheduler(SCHEDULER).created(index)
-    builder = builder.gpus(shape["gpus"]).cpu(shape["cpu"]).group(f"g{shape['group']}")
+    app = f"g{shape['group']}"
+    builder = builder.gpus(shape["gpus"]).cpu(shape["cpu"]).group(app).label("app", app)
     if shape["rack"] is not None:
         builder = builder.set("spec.nodeSelector", {"rack": shape["rack"]})
+    if shape["spread"]:  # one per node among the pods of its group
+        term = {
+            "labelSelector": {"matchLabels": {"app": app}},
+            "topologyKey": "kubernetes.io/hostname",
+        }
+        anti = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+        builder = builder.set("spec.affinity", {"podAntiAffinity": anti})
     if shape["node"] is not None:
         builder = builder.on(shape["node"]).phase("Running")
     return builder.build()
@@ -141,9 +150,12 @@ def test_cycles_with_what_they_kept_plan_what_fresh_cycles_plan(
     cache, totals, config = started(), GroupTotals(), SchedulerConfig()
     for cycle, step in enumerate(steps, start=1):
         apply(cache, step)
-        kept = run_cycle(cache.snapshot(), config, cycle, NOW, totals=totals).plan
+        snapshot = cache.snapshot()
+        kept = run_cycle(snapshot, config, cycle, NOW, totals=totals).plan
         fresh = build_snapshot(cache.objects(), scheduler_name=SCHEDULER)
         assert fields(kept) == fields(run_cycle(fresh, config, cycle, NOW).plan)
+        with_terms = {k for k, p in snapshot.pods.items() if p.pod_affinity}
+        assert totals.with_terms.follow(snapshot.pods, None).count == len(with_terms)
 
 
 def test_the_nodes_static_facts_are_read_again_once_a_node_is_relabelled() -> None:

@@ -36,7 +36,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 
 import numpy as np
 import numpy.typing as npt
@@ -48,6 +48,7 @@ from kai_ray.decisions.placement.log_fold import Change, LogFold
 from kai_ray.decisions.placement.shapes import NodeSet, PodShape
 from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.state.pod_states import PodState
+from kai_ray.state.snapshot import Changed, differences
 from kai_ray.values.resources import GPU
 from kai_ray.workloads.pod_affinity import PodAffinityTerm
 
@@ -83,9 +84,48 @@ THEIR_ANTI = (
 
 
 def in_play(tx: Transaction) -> bool:
-    """Whether any pod of the snapshot has inter-pod terms (else nothing here applies)."""
-    pods = tx.snapshot.pods
-    return tx.memo.get(IN_PLAY, None, lambda: any(p.pod_affinity for p in pods.values()))
+    """Whether any pod of the snapshot has inter-pod terms (else nothing here applies):
+    from the pods counted across cycles when the caller keeps a count (`WithTerms`)."""
+    snapshot = tx.snapshot
+
+    def build() -> bool:
+        kept = tx.memo.find(WITH_TERMS, None)
+        if kept is None:
+            return any(p.pod_affinity for p in snapshot.pods.values())
+        return kept.follow(snapshot.pods, snapshot.pods_changed).count > 0
+
+    return tx.memo.get(IN_PLAY, None, build)
+
+
+class WithTerms:
+    """How many pods of the snapshots it follows have inter-pod terms, following each
+    by the pods that changed (`snapshot.differences`): a cycle pays for what changed,
+    not for a look at every pod."""
+
+    def __init__(self) -> None:
+        self._pods: Mapping[str, PodState] | None = None
+        self._with: set[str] = set()
+
+    @property
+    def count(self) -> int:
+        return len(self._with)
+
+    def follow(self, pods: Mapping[str, PodState], changed: Changed | None) -> WithTerms:
+        if pods is self._pods:
+            return self
+        gone, replaced = differences(self._pods, pods, changed)
+        self._with.difference_update(gone)
+        for key, pod in replaced:
+            if pod.pod_affinity:
+                self._with.add(key)
+            else:
+                self._with.discard(key)
+        self._pods = pods
+        return self
+
+
+#: The count of pods with inter-pod terms, kept across cycles by a caller (`run_cycle`'s totals).
+WITH_TERMS = MemoKey[WithTerms]("pods with inter-pod terms")
 
 
 def required_nodes(tx: Transaction, pod: PodState, nodes: Indices) -> Indices:
