@@ -9,9 +9,8 @@ narrower levels. Pure: no I/O; the tree is read-only once built.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
@@ -89,6 +88,29 @@ class TopologyLayout:
 
     name: str
     levels: tuple[LevelLayout, ...]
+    #: Each domain id's (level, index), level by level (a later level's wins an id).
+    places: Mapping[str, tuple[int, int]]
+
+
+class DomainsById(Mapping[str, TopologyDomain]):
+    """Every domain of a tree by id, read from the tree's levels at the places the
+    layout gives: trees filled again from one layout share the places and copy
+    nothing (a mapping of every domain made again each cycle cost as much as the
+    domains it held)."""
+
+    def __init__(self, places: Mapping[str, tuple[int, int]], levels: Sequence[TopologyLevel]):
+        self._places = places
+        self._levels = levels
+
+    def __getitem__(self, key: str) -> TopologyDomain:
+        level, index = self._places[key]
+        return self._levels[level].domains[index]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._places)
+
+    def __len__(self) -> int:
+        return len(self._places)
 
 
 def topology_layout(topology: Topology, labels: Sequence[Mapping[str, str]]) -> TopologyLayout:
@@ -98,7 +120,8 @@ def topology_layout(topology: Topology, labels: Sequence[Mapping[str, str]]) -> 
         paths = _domain_paths(spec.nodeLabel, labels, parent_paths)
         levels.append(_level_layout(spec.nodeLabel, spec.alias, paths, parent_paths))
         parent_paths = paths
-    return TopologyLayout(topology.metadata.name, tuple(levels))
+    places = {id_: (level, i) for level, lay in enumerate(levels) for i, id_ in enumerate(lay.ids)}
+    return TopologyLayout(topology.metadata.name, tuple(levels), places)
 
 
 def fill_topology_tree(
@@ -124,24 +147,9 @@ def fill_topology_tree(
         _level(index, level, countable_free, was, changed)
         for index, (level, was) in enumerate(zip(layout.levels, earlier, strict=True))
     )
-    if previous is None:
-        return TopologyTree(layout.name, levels, MappingProxyType(_by_id(levels)))
-    if all(a is b for a, b in zip(levels, previous.levels, strict=True)):
+    if previous is not None and all(a is b for a, b in zip(levels, previous.levels, strict=True)):
         return previous
-    if changed is None:
-        return TopologyTree(layout.name, levels, MappingProxyType(_by_id(levels)))
-    # The previous mapping, in its order, with the domains summed again put in.
-    domains = dict(previous.domains)
-    for level, was in zip(levels, previous.levels, strict=True):
-        if level is not was:
-            for i in _touched(level.node_domain, changed):
-                domain = level.domains[i]
-                domains[domain.id] = domain
-    return TopologyTree(layout.name, levels, MappingProxyType(domains))
-
-
-def _by_id(levels: Sequence[TopologyLevel]) -> dict[str, TopologyDomain]:
-    return {d.id: d for level in levels for d in level.domains}
+    return TopologyTree(layout.name, levels, DomainsById(layout.places, levels))
 
 
 def _touched(node_domain: npt.NDArray[np.int64], changed: npt.NDArray[np.intp]) -> list[int]:
