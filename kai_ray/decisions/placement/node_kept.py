@@ -47,8 +47,12 @@ class NodeVersions:
         #: (weakly), with how much of its `changed_nodes` was read.
         self._free: Matrix = np.zeros((0, 0))
         self._devices: Matrix = np.zeros((0, 0))
-        self._tx: Callable[[], Transaction | None] = lambda: None
+        self._tx: Callable[[], Transaction | None] = _none
         self._read = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable: the transaction last seen is not kept (it would be stale)."""
+        return {**self.__dict__, "_tx": _none}
 
     def of(self, tx: Transaction) -> Versions:
         """Every node's version in the transaction as it is now."""
@@ -78,6 +82,10 @@ class NodeVersions:
         if len(rows):
             self._serial += 1
             self._versions[rows] = self._serial
+
+
+def _none() -> None:
+    return None
 
 
 class PerNode(Protocol):
