@@ -204,6 +204,29 @@ def fresh_copy(tx: Transaction) -> Transaction:
     return copy
 
 
+def assert_kept_is_fresh(tx: Transaction) -> None:
+    """Every palette shape's room, scores and chosen node in `tx` (with what it kept)
+    are those of a fresh transaction of the same state and mix."""
+    fresh = fresh_copy(tx)
+    for probe in (pod(*p) for p in PALETTE):
+        kept_shape, fresh_shape = shape_of(tx, probe), shape_of(fresh, probe)
+        nodes = static_nodes(tx, probe)
+        room = room_on(tx, kept_shape, nodes)
+        assert room.tolist() == room_on(fresh, fresh_shape, nodes).tolist()
+        fit = nodes[room > 0]
+        if not fit.size:
+            continue
+        mine = score_nodes(tx, kept_shape, fit, mix_of(tx, FRAGMENTATION.fragmentation).arrays(tx))
+        theirs = score_nodes(
+            fresh, fresh_shape, fit, mix_of(fresh, FRAGMENTATION.fragmentation).arrays(fresh)
+        )
+        assert mine.score.tolist() == theirs.score.tolist()
+        assert mine.device.tolist() == theirs.device.tolist()
+        assert choose_node(tx, kept_shape, nodes, FRAGMENTATION) == choose_node(
+            fresh, fresh_shape, nodes, FRAGMENTATION
+        )
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scene=scenes(), steps=st.lists(st.integers(-1, len(PALETTE) - 1), max_size=12))
 def test_scores_kept_across_placements_and_rollbacks_are_the_fresh_ones(
@@ -224,24 +247,7 @@ def test_scores_kept_across_placements_and_rollbacks_are_the_fresh_ones(
         if node is not None:
             marks.append(tx.checkpoint())
             place(tx, state, node, choose_devices(tx, shape, node, FRAGMENTATION))
-        fresh = fresh_copy(tx)
-        for probe in (pod(*p) for p in PALETTE):
-            kept_shape, fresh_shape = shape_of(tx, probe), shape_of(fresh, probe)
-            nodes = static_nodes(tx, probe)
-            fit = nodes[room_on(tx, kept_shape, nodes) > 0]
-            if not fit.size:
-                continue
-            mine = score_nodes(
-                tx, kept_shape, fit, mix_of(tx, FRAGMENTATION.fragmentation).arrays(tx)
-            )
-            theirs = score_nodes(
-                fresh, fresh_shape, fit, mix_of(fresh, FRAGMENTATION.fragmentation).arrays(fresh)
-            )
-            assert mine.score.tolist() == theirs.score.tolist()
-            assert mine.device.tolist() == theirs.device.tolist()
-            assert choose_node(tx, kept_shape, nodes, FRAGMENTATION) == choose_node(
-                fresh, fresh_shape, nodes, FRAGMENTATION
-            )
+        assert_kept_is_fresh(tx)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -281,26 +287,7 @@ def test_values_kept_across_transactions_are_the_fresh_ones(
         if node is not None:
             place(tx, state, node, choose_devices(tx, shape, node, FRAGMENTATION))
             placements.append(tx.placements[-1])
-        fresh = fresh_copy(tx)
-        for probe in (pod(*p) for p in PALETTE):
-            kept_shape, fresh_shape = shape_of(tx, probe), shape_of(fresh, probe)
-            nodes = static_nodes(tx, probe)
-            room = room_on(tx, kept_shape, nodes)
-            assert room.tolist() == room_on(fresh, fresh_shape, nodes).tolist()
-            fit = nodes[room > 0]
-            if not fit.size:
-                continue
-            mine = score_nodes(
-                tx, kept_shape, fit, mix_of(tx, FRAGMENTATION.fragmentation).arrays(tx)
-            )
-            theirs = score_nodes(
-                fresh, fresh_shape, fit, mix_of(fresh, FRAGMENTATION.fragmentation).arrays(fresh)
-            )
-            assert mine.score.tolist() == theirs.score.tolist()
-            assert mine.device.tolist() == theirs.device.tolist()
-            assert choose_node(tx, kept_shape, nodes, FRAGMENTATION) == choose_node(
-                fresh, fresh_shape, nodes, FRAGMENTATION
-            )
+        assert_kept_is_fresh(tx)
 
 
 # ----------------------------------------------------------------- named cases
