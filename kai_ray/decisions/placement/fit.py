@@ -26,10 +26,9 @@ from kai_ray.decisions.placement.mix import mix_of
 from kai_ray.decisions.placement.node_kept import (
     Slot,
     Versions,
+    bring_up_to_date,
     kept_per_node,
-    stale_rows,
     unworked,
-    worked,
 )
 from kai_ray.decisions.placement.shapes import PodShape
 from kai_ray.decisions.placement.stranding import choose_least_stranding, device_for_share
@@ -71,17 +70,18 @@ def room(
 def room_on(tx: Transaction, shape: PodShape, nodes: Indices) -> Counts:
     """`room` on some nodes of the transaction's current state. On many nodes it is
     read from the room of every node for the shape, kept and worked out again only
-    on the nodes whose free row or devices changed (`node_kept.Rows`, across cycles
+    on the nodes whose free row or devices changed (`node_kept`, across cycles
     too): placing the pods of a large cycle one by one would otherwise work out every
     node's room for every pod (a third of a 50,000-node cycle)."""
     if len(nodes) < KEPT_FROM:
         return _room_of(tx, shape, nodes)
     inputs = (tx.snapshot.resource_names, shape.need, shape.columns, shape.fraction)
     kept = kept_per_node(tx, ROOMS, (shape.requests, shape.share), inputs, lambda: _Rooms.of(tx))
-    stale, at = stale_rows(tx, kept, nodes)
-    if len(stale):
-        kept.counts[stale] = _room_of(tx, shape, stale)
-        worked(kept, stale, at)
+
+    def work_out(rows: Indices) -> None:
+        kept.counts[rows] = _room_of(tx, shape, rows)
+
+    bring_up_to_date(tx, kept, nodes, work_out)
     found: Counts = kept.counts[nodes]
     return found
 
@@ -158,11 +158,12 @@ def _balance_then_packing(tx: Transaction, shape: PodShape, nodes: Indices) -> M
     inputs = (snapshot.resource_names, snapshot.allocatable, shape.need, shape.fraction)
     build = lambda: _Packing.of(tx)  # noqa: E731
     kept = kept_per_node(tx, PACKING, (shape.requests, shape.share), inputs, build)
-    stale, at = stale_rows(tx, kept, nodes)
-    if len(stale):
-        balance = imbalance_added(tx, shape, stale)
-        kept.values[stale] = BALANCE_FIRST * balance + _remaining_share(tx, shape, stale)
-        worked(kept, stale, at)
+
+    def work_out(rows: Indices) -> None:
+        balance = imbalance_added(tx, shape, rows)
+        kept.values[rows] = BALANCE_FIRST * balance + _remaining_share(tx, shape, rows)
+
+    bring_up_to_date(tx, kept, nodes, work_out)
     found: Matrix = kept.values[nodes]
     return found
 

@@ -85,14 +85,12 @@ THEIR_ANTI = (
 
 def in_play(tx: Transaction) -> bool:
     """Whether any pod of the snapshot has inter-pod terms (else nothing here applies):
-    from the pods counted across cycles when the caller keeps a count (`WithTerms`)."""
+    from the count the caller keeps across cycles (`WithTerms`), or one of its own."""
     snapshot = tx.snapshot
 
     def build() -> bool:
-        kept = tx.memo.find(WITH_TERMS, None)
-        if kept is None:
-            return any(p.pod_affinity for p in snapshot.pods.values())
-        return kept.follow(snapshot.pods, snapshot.pods_changed).count > 0
+        counted = tx.memo.get(WITH_TERMS, None, WithTerms)
+        return counted.follow(snapshot.pods, snapshot.pods_changed).count > 0
 
     return tx.memo.get(IN_PLAY, None, build)
 

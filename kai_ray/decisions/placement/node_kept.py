@@ -203,16 +203,17 @@ def kept_per_node(
     return value
 
 
-def stale_rows(tx: Transaction, value: PerNode, nodes: Indices) -> tuple[Indices, Versions]:
-    """Those of `nodes` whose entries of `value` must be worked out again, and the
-    versions to record for them once they are (`worked`)."""
+def bring_up_to_date(
+    tx: Transaction, value: PerNode, nodes: Indices, work_out: Callable[[Indices], None]
+) -> None:
+    """`work_out(rows)` for those of `nodes` whose entries of `value` no longer hold
+    (their node's version moved since), which it writes into `value`; then recorded
+    as holding at the versions they were worked out at."""
     versions = tx.memo.get(ACROSS_CYCLES, None, KeptAcrossCycles).versions.of(tx)
-    found: Indices = nodes[value.versions[nodes] != versions[nodes]]
-    return found, versions[found]
-
-
-def worked(value: PerNode, rows: Indices, versions: Versions) -> None:
-    value.versions[rows] = versions
+    stale: Indices = nodes[value.versions[nodes] != versions[nodes]]
+    if len(stale):
+        work_out(stale)
+        value.versions[stale] = versions[stale]
 
 
 def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:

@@ -24,8 +24,9 @@ resource never scores better. Ties go to, in order: for pods without GPUs, the
 node with the fewest free GPUs (a node without GPUs first); the caller's
 tie-break (`fit.py`: the node the pod evens out most, then the fullest); the
 node listed first. A node's score depends only on that node, the
-pod's shape and the mix, so scores are kept per transaction and worked out
-again only for nodes placed on since (`_Scores`, `_Known`). Pure: no I/O.
+pod's shape, the mix and the weights, so scores and class fits are kept
+(`_Scores`, `_Known`; across cycles too, `node_kept.py`) and worked out again
+only for nodes whose free row or devices changed. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -40,10 +41,9 @@ from kai_ray.decisions.placement.mix import MixArrays
 from kai_ray.decisions.placement.node_kept import (
     Slot,
     Versions,
+    bring_up_to_date,
     kept_per_node,
-    stale_rows,
     unworked,
-    worked,
 )
 from kai_ray.decisions.placement.shapes import PodShape
 from kai_ray.decisions.transaction import MemoKey, Transaction
@@ -131,8 +131,8 @@ class Choice:
 
 @dataclass
 class _Scores:
-    """Per node of the snapshot: one shape's score and device under one mix, and
-    which nodes they still hold for (`Rows`)."""
+    """Per node of the snapshot: one shape's score and device under one mix, and the
+    node versions they were worked out at (`node_kept`)."""
 
     score: Matrix
     device: npt.NDArray[np.intp]
@@ -149,7 +149,7 @@ class _Scores:
 
 
 #: Per shape (requests, share): its scores, kept while the mix, the weights and the
-#: shape are equal (`node_kept.kept_rows`: across cycles too).
+#: shape are equal (`node_kept.kept_per_node`: across cycles too).
 SCORES: Slot[_Scores] = MemoKey("stranding scores")
 #: `_Scores.by_state` starts afresh past this many node states.
 STATES_AT_MOST = 4096
@@ -163,10 +163,7 @@ def score_nodes(tx: Transaction, shape: PodShape, nodes: Indices, mix: MixArrays
     are)."""
     inputs = (*_mix_inputs(tx, mix), mix.probability, resource_weights(tx), *_shape_inputs(shape))
     kept = kept_per_node(tx, SCORES, (shape.requests, shape.share), inputs, lambda: _Scores.of(tx))
-    stale, at = stale_rows(tx, kept, nodes)
-    if len(stale):
-        _rescore(tx, shape, stale, mix, kept)
-        worked(kept, stale, at)
+    bring_up_to_date(tx, kept, nodes, lambda rows: _rescore(tx, shape, rows, mix, kept))
     return Choice(kept.score[nodes], kept.device[nodes])
 
 
@@ -257,7 +254,7 @@ def _fits_after_whole(state: NodeState, free: Matrix, shape: PodShape, mix: MixA
 @dataclass
 class _Known:
     """Per node of the snapshot: the class fits and stranded GPU last worked out, and
-    which nodes they still hold for (`Rows`)."""
+    the node versions they were worked out at (`node_kept`)."""
 
     fits: Flags
     partial: Matrix
@@ -284,11 +281,12 @@ def _known_fits_and_partial(
     classes are the same)."""
     build = lambda: _Known.of(tx, len(mix.keys))  # noqa: E731
     known = kept_per_node(tx, KNOWN, None, _mix_inputs(tx, mix), build)
-    stale, at = stale_rows(tx, known, state.nodes)
-    if len(stale):
-        changed = NodeState(tx.free[stale], tx.devices[stale], tx.whole_free[stale], stale)
-        known.fits[:, stale], known.partial[:, stale] = _fits_and_partial(changed, mix)
-        worked(known, stale, at)
+
+    def work_out(rows: Indices) -> None:
+        changed = NodeState(tx.free[rows], tx.devices[rows], tx.whole_free[rows], rows)
+        known.fits[:, rows], known.partial[:, rows] = _fits_and_partial(changed, mix)
+
+    bring_up_to_date(tx, known, state.nodes, work_out)
     return known.fits[:, state.nodes], known.partial[:, state.nodes]
 
 
@@ -300,11 +298,12 @@ def _known_fits_after_whole(
     build = lambda: _Known.of(tx, len(mix.keys))  # noqa: E731
     inputs = (*_mix_inputs(tx, mix), *_shape_inputs(shape))
     known = kept_per_node(tx, AFTER, (shape.requests, shape.share), inputs, build)
-    stale, at = stale_rows(tx, known, state.nodes)
-    if len(stale):
-        changed = NodeState(tx.free[stale], tx.devices[stale], tx.whole_free[stale], stale)
-        known.fits[:, stale] = _fits_after_whole(changed, changed.free - shape.need, shape, mix)
-        worked(known, stale, at)
+
+    def work_out(rows: Indices) -> None:
+        changed = NodeState(tx.free[rows], tx.devices[rows], tx.whole_free[rows], rows)
+        known.fits[:, rows] = _fits_after_whole(changed, changed.free - shape.need, shape, mix)
+
+    bring_up_to_date(tx, known, state.nodes, work_out)
     fits: Flags = known.fits[:, state.nodes]
     return fits
 
