@@ -33,6 +33,8 @@ from kai_ray.state.groups import PodGroupState
 
 #: Per group state: its `alike_key` when the state alone gives it (None: it does not).
 _KEPT = MemoKey[Signature | None]("what an attempt reads of a waiting gang")
+#: Per cycle, by group key: the group's state and its key when the state alone gave it.
+_THIS_CYCLE = MemoKey[dict[str, tuple[PodGroupState, Signature]]]("alike keys this cycle")
 
 
 def alike_key(ctx: CycleContext, group: PodGroupState) -> Hashable | None:
@@ -41,10 +43,18 @@ def alike_key(ctx: CycleContext, group: PodGroupState) -> Hashable | None:
     tx = ctx.transaction
     if tx.placed_pending(group.key):
         return None  # placement's signature has none (a member placed this cycle)
+    # Three actions ask of every waiting gang each cycle: a key the state alone gave
+    # is the same all cycle long (what decides that path, the snapshot's inter-pod
+    # terms and the queue's typed limits, is the cycle's), so it is read once.
+    this_cycle = tx.memo.get(_THIS_CYCLE, None, dict)
+    found = this_cycle.get(group.key)
+    if found is not None and found[0] is group:
+        return found[1]
     if not (in_play(tx) or ctx.snapshot.queues.typed_names(group.queue)):
         build = lambda: _alone(tx, group)  # noqa: E731
         kept = kept_per_group(tx.memo, _KEPT, None, group, build, intern=True)
         if kept is not None:
+            this_cycle[group.key] = (group, kept)
             return kept
     # Read afresh: inter-pod terms, per-GPU-type limits or devices claimed.
     placement = signature(tx, placeable(ctx, group))

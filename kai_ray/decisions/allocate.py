@@ -56,6 +56,12 @@ class Waited:
     failure: KnownFailure | None
 
 
+#: Jobs answered by their kind's known answer at one state before the kinds left
+#: are judged at once (`_Allocation.rest_wait`): the walk has then met a run of
+#: repeats, the mark of a backlog that no longer fits.
+JUDGE_AFTER = 8
+
+
 class AllocateAction:
     name = "allocate"
 
@@ -88,9 +94,14 @@ class _Allocation:
         ctx, tx = self.ctx, self.ctx.transaction
         #: Per (transaction version, ledger version, `alike_key`): how a job waited.
         known: dict[Hashable, Waited] = {}
+        #: The state last seen, how many jobs were answered from `known` at it, and
+        #: whether the kinds left were judged at it.
+        at, repeats, judged = (-1, -1), 0, False
         while not ctx.hand_over_now() and (candidate := take_next(ctx.ledger, waiting)) is not None:
             alike = alike_key(ctx, candidate.group)
             state = (tx.version, ctx.ledger.version, alike)
+            if state[:2] != at:
+                at, repeats, judged = state[:2], 0, False
             waited = known.get(state) if alike is not None else None
             if waited is None:
                 refused = self.refusal_of(candidate)
@@ -102,6 +113,7 @@ class _Allocation:
                 # same way: the attempt would read the same and change nothing.
                 refused, failure = waited.refused, waited.failure
                 reason = refused or (failure.reason_for(candidate.group) if failure else None)
+                repeats += 1
             if not reason:
                 ctx.plan.statuses.state(admitted(candidate.group))
                 extras.append(candidate)
@@ -112,6 +124,60 @@ class _Allocation:
                 # are refused together (a deep backlog of one queue at its limit).
                 for other, why in waiting.take_alike(ctx.ledger, self.refusal_of):
                     self.wait(other, why)
+            if repeats >= JUDGE_AFTER and not judged:
+                judged = True
+                if self.rest_wait(waiting, known):
+                    return
+
+    def rest_wait(self, waiting: WaitingJobs, known: dict[Hashable, Waited]) -> bool:
+        """Every job left waits, stated as its kind waits, when each kind left waits
+        at this very state: those not met yet at it are judged once each, out of turn
+        (`waits_at`, which changes nothing). A job's turn changes nothing while its
+        kind waits, and the state does not move, so neither the order nor the
+        queues' keys matter: the rest of a deep backlog, once nothing more fits,
+        costs one attempt per kind and a look-up per job, not a turn per job. False,
+        with nothing stated, as soon as some kind would not wait with a known answer
+        (it fits, or its failure holds for it alone), which the walk in turn then
+        meets; or when the placement budget says to hand over now."""
+        ctx, tx = self.ctx, self.ctx.transaction
+        if ctx.hand_over_now():
+            return False
+        state = (tx.version, ctx.ledger.version)
+        reasons: list[tuple[Candidate, str]] = []
+        for candidate in waiting.remaining():
+            alike = alike_key(ctx, candidate.group)
+            if alike is None:
+                return False  # judged on its own, in its turn
+            waited = known.get((*state, alike))
+            if waited is None:
+                waited = self.waits_at(candidate)
+                if waited is None:
+                    return False
+                known[(*state, alike)] = waited
+            reason = waited.refused or (
+                waited.failure.reason_for(candidate.group) if waited.failure else None
+            )
+            if not reason:
+                return False
+            reasons.append((candidate, reason))
+        for candidate, reason in reasons:
+            self.wait(candidate, reason)
+        return True
+
+    def waits_at(self, candidate: Candidate) -> Waited | None:
+        """How the job would wait now, when its turn's attempt would wait with an
+        answer that holds for its kind (refused at admission, or placement's known
+        failure: what `minimums` keeps); None when it would fit or fail otherwise.
+        Changes nothing: a placement found is rolled back, nothing is booked."""
+        refused = self.refusal_of(candidate)
+        if refused:
+            return Waited(refused, None)
+        ctx = self.ctx
+        with ctx.transaction.attempt():
+            outcome = place_gang(ctx.transaction, placeable(ctx, candidate.group), ctx.config)
+        if outcome.admitted or not outcome.reason or outcome.known is None:
+            return None
+        return Waited(None, outcome.known)
 
     def wait(self, candidate: Candidate, reason: str) -> None:
         key = candidate.group.key

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kai_ray.decisions.admission import freed_in_queues, is_preemptible, refusal
+from kai_ray.decisions.admission import Freed, freed_in_queues, is_preemptible, refusal
 from kai_ray.decisions.alike import alike_key
 from kai_ray.decisions.booking import book
 from kai_ray.decisions.context import CycleContext, admitted
@@ -151,11 +151,40 @@ def no_domain_could_hold(
     if domains is None:
         return False
     budget = new_budget()
-    alone = [unit for unit in units if budget.takes_alone(unit)]
+    kinds, of_unit = _unit_kinds(tx, units)
+    takes = [budget.takes_alone(unit) for unit in kinds]
+    alone = [unit for unit, kind in zip(units, of_unit, strict=True) if takes[kind]]
     freed = [pod for unit in alone for pod in unit.pods]
     if not domain_could_hold(tx, group, domains, freed):
         return True
     return not domain_could_hold_in_total(tx, group, domains, alone, budget)
+
+
+#: Per list of units: that list (kept alive, so its id names it all cycle), one unit
+#: of each (leaf queue, requests) among them, and each unit's index among those.
+UNIT_KINDS = MemoKey[tuple[object, list[VictimUnit], list[int]]]("victim units by kind")
+
+
+def _unit_kinds(tx: Transaction, units: Sequence[VictimUnit]) -> tuple[list[VictimUnit], list[int]]:
+    """The units alike in all `Budget.takes_alone` reads (their leaf queue and their
+    requests) once each, and the index of each unit's kind: a budget is asked once
+    per kind, not once per unit (every job's search meets the same units)."""
+
+    def build() -> tuple[object, list[VictimUnit], list[int]]:
+        index: dict[tuple[str, Resources], int] = {}
+        kinds: list[VictimUnit] = []
+        of_unit: list[int] = []
+        for unit in units:
+            key = (unit.queue, unit.requests)
+            found = index.get(key)
+            if found is None:
+                found = index[key] = len(kinds)
+                kinds.append(unit)
+            of_unit.append(found)
+        return units, kinds, of_unit
+
+    _, kinds, of_unit = tx.memo.get(UNIT_KINDS, id(units), build)
+    return kinds, of_unit
 
 
 #: Each node's domain (an index; -1: in none) for the members of one gang.
@@ -522,22 +551,37 @@ def running_units(
     them are untouched and protected is worked out once per state for every
     search made meanwhile (`_untouched_units`)."""
     groups = victim_groups(ctx)
-    accepted = {
+    accepted = frozenset(
         queue
         for queue in groups.by_queue
         if (below is None or groups.lowest[queue] < below) and may_take(queue)
-    }
-    units: list[VictimUnit] = []
-    earliest = protection.earliest_end
-    for queue, unit, end in _untouched_units(ctx, protection, below):
-        if queue not in accepted:
-            continue
-        if end is None:
-            units.append(unit)
-        else:
-            earliest = end if earliest is None else min(earliest, end)
-    protection.earliest_end = earliest
+    )
+    untouched = _untouched_units(ctx, protection, below)
+
+    def build() -> tuple[object, list[VictimUnit], float | None]:
+        units: list[VictimUnit] = []
+        earliest: float | None = None
+        for queue, unit, end in untouched:
+            if queue not in accepted:
+                continue
+            if end is None:
+                units.append(unit)
+            else:
+                earliest = end if earliest is None else min(earliest, end)
+        return untouched, units, earliest
+
+    # Every job of a queue accepts the same queues: the walk is made once per list.
+    _, units, earliest = ctx.transaction.memo.get(RUNNING, (id(untouched), accepted), build)
+    if earliest is not None:
+        before = protection.earliest_end
+        protection.earliest_end = earliest if before is None else min(before, earliest)
     return units
+
+
+#: Per (list of untouched units, queues accepted): that list (kept alive, so its id
+#: names it all cycle), the accepted queues' unprotected units, in its order
+#: (shared: read only), and the earliest end of their protections.
+RUNNING = MemoKey[tuple[object, list[VictimUnit], float | None]]("running units accepted")
 
 
 #: Per (transaction version, min-runtime field and time, priority bound): the
@@ -646,9 +690,24 @@ def admission_refusal(
     """Why the job may not be admitted even once `victims` are gone (what they hold
     is given back in each queue on their paths: `admission.freed_in_queues`)."""
     group = candidate.group
-    freed = freed_in_queues(ctx.ledger, ((unit.queue, unit.requests) for unit in victims))
     preemptible = is_preemptible(group, candidate.priority)
-    return refusal(ctx.ledger, group, candidate.request, preemptible, freed)
+    return refusal(ctx.ledger, group, candidate.request, preemptible, _freed(ctx, victims))
+
+
+#: Per list of victims: that list (kept alive, so its id names it all cycle) and what
+#: it frees in each queue (`admission.freed_in_queues`, which reads the queue tree
+#: and the victims alone).
+FREED = MemoKey[tuple[object, Freed]]("freed by victims")
+
+
+def _freed(ctx: CycleContext, victims: Iterable[VictimUnit]) -> Freed:
+    def build() -> tuple[object, Freed]:
+        return victims, freed_in_queues(ctx.ledger, ((u.queue, u.requests) for u in victims))
+
+    if not isinstance(victims, list):
+        return build()[1]
+    # Every job of a queue is judged with the same list of possible victims first.
+    return ctx.transaction.memo.get(FREED, id(victims), build)[1]
 
 
 def record(
