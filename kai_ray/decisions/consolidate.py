@@ -55,6 +55,7 @@ from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.placement.equivalence import signature
 from kai_ray.decisions.plan import Evict, GroupStatus, Nominate
 from kai_ray.decisions.runtime import started_at
+from kai_ray.decisions.totals import Tally, kept_members
 from kai_ray.decisions.transaction import MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import Vector, newest_first
 from kai_ray.decisions.waiting import waiting_asks, waiting_candidates
@@ -243,10 +244,17 @@ def _movable_memo(ctx: CycleContext) -> tuple[list[PodGroupState], frozenset[str
 def _movable_gangs(ctx: CycleContext) -> tuple[list[PodGroupState], frozenset[str]]:
     evicted = {evict.pod for evict in ctx.plan.evictions}
     touched = evicted | set(ctx.transaction.placed) | set(ctx.transaction.removed)
+    groups, ours = ctx.snapshot.pod_groups, ctx.config.schedulerName
+    # Only the groups that may be moved at all are looked at (followed from cycle
+    # to cycle), in any order: the order below is total (a group's key is its own),
+    # and `_protected` keeps the earliest end, whatever the order it is asked in.
+    movers = kept_members(ctx.transaction.memo, MOVERS, groups, _mover)
     gangs = [
-        g
-        for g in ctx.snapshot.pod_groups.values()
-        if _movable(ctx, g, touched) and not _protected(ctx, g)
+        group
+        for key, scheduler in movers.items()
+        if scheduler == ours
+        and _untouched(group := groups[key], touched)
+        and not _protected(ctx, group)
     ]
     free_gpus = ctx.transaction.free[:, ctx.snapshot.column(GPU)]
 
@@ -259,33 +267,32 @@ def _movable_gangs(ctx: CycleContext) -> tuple[list[PodGroupState], frozenset[st
     return ordered, frozenset(gang.key for gang in ordered)
 
 
-#: What `_movable` and `_protected` read of a group alone: whether it may be moved
-#: at all, and when `consolidationMinRuntime` stops protecting it (kept from cycle to
-#: cycle per group state and settings: `totals.KeptPerGroup`).
-MOVABLE_FACTS = MemoKey[tuple[bool, float | None]]("movable at all, protected until")
+#: When `consolidationMinRuntime` stops protecting a group (kept from cycle to cycle
+#: per group state and settings: `totals.KeptPerGroup`).
+PROTECTION_END = MemoKey[float | None]("protected until")
+#: Per group: the scheduler whose consolidation may move it (`_mover`), followed from
+#: cycle to cycle (`totals.kept_members`).
+MOVERS = MemoKey[Tally[str]]("groups that may be moved, by scheduler")
 
 
-def _facts(ctx: CycleContext, group: PodGroupState) -> tuple[bool, float | None]:
-    settings = (ctx.config.schedulerName, ctx.config.consolidationMinRuntime)
-    build = lambda: (_movable_alone(ctx, group), _protection_end(ctx, group))  # noqa: E731
-    return kept_per_group(ctx.transaction.memo, MOVABLE_FACTS, settings, group, build)
+def _untouched(group: PodGroupState, touched: set[str]) -> bool:
+    return not any(pod.key in touched for pod in group.live_pods())
 
 
-def _movable(ctx: CycleContext, group: PodGroupState, touched: set[str]) -> bool:
-    return _facts(ctx, group)[0] and not any(pod.key in touched for pod in group.live_pods())
-
-
-def _movable_alone(ctx: CycleContext, group: PodGroupState) -> bool:
-    """What `_movable` reads of the group alone: its pods are all this scheduler's,
-    each made again by a controller, seen whole, at its minimum, and preemptible."""
+def _mover(group: PodGroupState) -> str | None:
+    """The scheduler that may move the group, reading it alone: its live pods all
+    name that scheduler, each is made again by a controller (a move evicts the pods
+    for their controller to create again; a bare pod has none), the group is seen
+    whole, at its minimum, and preemptible. None: no scheduler may."""
     bound = group.bound
     live = group.live_pods()
-    ours = all(pod.scheduler == ctx.config.schedulerName for pod in live)
-    # A move evicts the pods for their controller to create again; a bare pod has none.
-    recreated = all(pod.controlled for pod in live)
-    known = ours and recreated and group.seen_whole
+    schedulers = {pod.scheduler for pod in live}
+    if len(schedulers) != 1 or not all(pod.controlled for pod in live):
+        return None
     whole = len(bound) >= max(group.spec.minMember, 1)
-    return known and whole and is_preemptible(group, group_priority(group))
+    if not (group.seen_whole and whole and is_preemptible(group, group_priority(group))):
+        return None
+    return schedulers.pop()
 
 
 def _protection_end(ctx: CycleContext, group: PodGroupState) -> float | None:
@@ -298,7 +305,9 @@ def _protection_end(ctx: CycleContext, group: PodGroupState) -> float | None:
 
 
 def _protected(ctx: CycleContext, group: PodGroupState) -> bool:
-    end = _facts(ctx, group)[1]
+    build = lambda: _protection_end(ctx, group)  # noqa: E731
+    minimum = ctx.config.consolidationMinRuntime
+    end = kept_per_group(ctx.transaction.memo, PROTECTION_END, minimum, group, build)
     if end is None or end <= ctx.now:
         return False
     earliest = ctx.transaction.memo.find(PROTECTED_UNTIL, None)

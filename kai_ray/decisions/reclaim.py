@@ -142,11 +142,21 @@ def anyone_within_share(ctx: CycleContext) -> bool:
     return any(within_share(ledger, queue, request) for queue, request in asked)
 
 
+#: `FairShareBudget.takes_alone`'s answers, per (ledger version, reclaimer leaf,
+#: resources asked), by victim leaf and amounts: one run's budgets share them.
+AloneAnswers = dict[tuple[int, str, tuple[str, ...]], dict[tuple[object, ...], bool]]
+
+
 class FairShareBudget(Budget):
     """Reclaim's rules (module docstring, step 4) for one reclaimer and one job."""
 
     def __init__(
-        self, ledger: QueueLedger, contested: Contested, leaf: str, job: Resources
+        self,
+        ledger: QueueLedger,
+        contested: Contested,
+        leaf: str,
+        job: Resources,
+        answers: AloneAnswers | None = None,
     ) -> None:
         self.ledger, self.leaf = ledger, leaf
         self.asked = [r for r, amount in job.items() if amount > EPSILON]
@@ -160,8 +170,11 @@ class FairShareBudget(Budget):
         #: What `take` refused since it last took (it refuses the same again: a refusal
         #: changes nothing), by the amounts it judged per queue.
         self._refused: set[tuple[tuple[object, ...], ...]] = set()
-        #: `takes_alone`'s answers by victim leaf and amounts.
-        self._alone: dict[tuple[object, ...], bool] = {}
+        #: `takes_alone`'s answers by victim leaf and amounts: shared by the budgets
+        #: of one run (`answers`) with the same ledger, reclaimer and resources asked,
+        #: which are all the answer reads besides the unit.
+        shared = {} if answers is None else answers
+        self._alone = shared.setdefault((ledger.version, leaf, tuple(self.asked)), {})
 
     def reclaimer_within_share(self) -> bool:
         """With the job added, the reclaimer's leaf stays within its fair share. Every
@@ -345,14 +358,24 @@ class ReclaimAction:
         if waiting.empty():
             return  # no job to reclaim for: skip summing every live pod
         contested = contested_resources(ctx.snapshot.pod_groups, ctx.capacity, ctx.ledger)
-        attempt_in_turn(ctx, waiting, functools.partial(self.attempt, ctx, contested))
+        answers: AloneAnswers = {}
+        attempt_in_turn(ctx, waiting, functools.partial(self.attempt, ctx, contested, answers))
 
     def attempt(
-        self, ctx: CycleContext, contested: Contested, candidate: Candidate, speculative: bool
+        self,
+        ctx: CycleContext,
+        contested: Contested,
+        answers: AloneAnswers,
+        candidate: Candidate,
+        speculative: bool,
     ) -> bool:
         """Make room for the candidate (`eviction.Attempt`): whether victims were found."""
         group = candidate.group
-        budget = FairShareBudget(ctx.ledger, contested, group.queue, candidate.request)
+
+        def new_budget() -> FairShareBudget:
+            return FairShareBudget(ctx.ledger, contested, group.queue, candidate.request, answers)
+
+        budget = new_budget()
         if not budget.reclaimer_within_share():
             return False  # no queue may be reclaimed from (and no runtime protection was met)
         protection = Protection(ctx.snapshot.queues, self.which, ctx.now)
@@ -360,7 +383,6 @@ class ReclaimAction:
         units = running_units(ctx, may_take, protection)
         if admission_refusal(ctx, candidate, units):
             return False  # refused even were every possible victim gone
-        new_budget = lambda: FairShareBudget(ctx.ledger, contested, group.queue, candidate.request)  # noqa: E731
         admits = lambda victims: admission_refusal(ctx, candidate, victims) is None  # noqa: E731
         with ctx.transaction.attempt() as step:
             victims = evict_to_fit(ctx, placeable(ctx, group), units, new_budget, admits)

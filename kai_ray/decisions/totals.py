@@ -168,6 +168,11 @@ class Tally(Generic[H]):
             if not self.counts[found]:
                 del self.counts[found]
 
+    @property
+    def members(self) -> Mapping[str, H]:
+        """Each counted group's value, by group key (read only)."""
+        return self._of
+
 
 class KeptTallies:
     """The tallies asked for so far, each made once from the groups of the snapshot
@@ -214,6 +219,20 @@ def kept_tally(
     if kept is None:
         return memo.get(slot, None, lambda: Tally(value, groups)).counts
     return kept.get(slot, groups, value).counts
+
+
+def kept_members(
+    memo: CycleMemo,
+    slot: MemoKey[Tally[H]],
+    groups: Mapping[str, PodGroupState],
+    value: Callable[[PodGroupState], H | None],
+) -> Mapping[str, H]:
+    """The groups of `groups` that give a value, with it, by key (`kept_tally`'s
+    tally): a walk over the few groups with a property, not over every group."""
+    kept = memo.find(TALLIES, None)
+    if kept is None:
+        return memo.get(slot, None, lambda: Tally(value, groups)).members
+    return kept.get(slot, groups, value).members
 
 
 @dataclass

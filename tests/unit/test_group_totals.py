@@ -17,8 +17,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kai_ray.decisions.admission import is_preemptible
 from kai_ray.decisions.booking import held_ledger
-from kai_ray.decisions.consolidate import MOVABLE_FACTS, _movable_alone, _protection_end
+from kai_ray.decisions.consolidate import MOVERS, PROTECTION_END, _mover, _protection_end
 from kai_ray.decisions.cycle import run_cycle
 from kai_ray.decisions.eviction import RELEASING, VICTIM_UNITS, _holds_releasing
 from kai_ray.decisions.kept import KeptPerGroup
@@ -224,9 +225,29 @@ def test_victim_units_kept_across_cycles_are_those_their_group_is_cut_into(
         for key, group, units in kept.per_group.entries(VICTIM_UNITS):
             assert snapshot.pod_groups.get(key) is group, key
             assert units == victim_units(group, group_priority(group), started_at(group))
-        for key, group, facts in kept.per_group.entries(MOVABLE_FACTS):
+        for key, group, end in kept.per_group.entries(PROTECTION_END):
             assert snapshot.pod_groups.get(key) is group, key
-            assert facts == (_movable_alone(context, group), _protection_end(context, group))
+            assert end == _protection_end(context, group)
+        movers = kept.tallies.get(MOVERS, snapshot.pod_groups, _mover).members
+        assert dict(movers) == {
+            key: group.live[0].scheduler
+            for key, group in snapshot.pod_groups.items()
+            if may_be_moved(group)
+        }
+
+
+def may_be_moved(group: PodGroupState) -> bool:
+    """What consolidation asks of a group alone, spelled out: some live pod, all of
+    one scheduler and made again by a controller; seen whole, at its minimum,
+    preemptible."""
+    live = group.live
+    return (
+        bool(live)
+        and all(pod.scheduler == live[0].scheduler and pod.controlled for pod in live)
+        and group.seen_whole
+        and len(group.bound) >= max(group.spec.minMember, 1)
+        and is_preemptible(group, group_priority(group))
+    )
 
 
 def test_a_group_that_changed_is_cut_into_victim_units_afresh() -> None:
