@@ -46,7 +46,7 @@ def alike_key(ctx: CycleContext, group: PodGroupState) -> Hashable | None:
     # Three actions ask of every waiting gang each cycle: a key the state alone gave
     # is the same all cycle long (what decides that path, the snapshot's inter-pod
     # terms and the queue's typed limits, is the cycle's), so it is read once.
-    this_cycle = tx.memo.get(_THIS_CYCLE, None, dict)
+    this_cycle = _this_cycle(tx)
     found = this_cycle.get(group.key)
     if found is not None and found[0] is group:
         return found[1]
@@ -74,3 +74,7 @@ def _job(group: PodGroupState) -> tuple[object, ...]:
     priority = group_priority(group)
     preemptible = is_preemptible(group, priority)
     return (group.queue, group.namespace, group.missing_requests, priority, preemptible)
+
+
+def _this_cycle(tx: Transaction) -> dict[str, tuple[PodGroupState, Signature]]:
+    return tx.memo.get(_THIS_CYCLE, None, dict)
