@@ -21,7 +21,7 @@ from kai_ray.decisions.allocate import AllocateAction
 from kai_ray.decisions.booking import held_ledger
 from kai_ray.decisions.consolidate import ConsolidateAction
 from kai_ray.decisions.context import Action, ActionRegistry, CycleContext, CycleLog
-from kai_ray.decisions.eviction import release_terminating
+from kai_ray.decisions.eviction import VICTIM_OPTIONS, release_terminating
 from kai_ray.decisions.fairness import OverCommitment, over_committed
 from kai_ray.decisions.kept import PER_GROUP
 from kai_ray.decisions.ordering import waiting_gangs
@@ -134,6 +134,7 @@ def run_cycle(
     tx.memo.keep(TALLIES, None, totals.tallies)
     tx.memo.keep(ACROSS_CYCLES, None, totals.per_node)
     tx.memo.keep(WITH_TERMS, None, totals.with_terms)
+    tx.memo.keep(VICTIM_OPTIONS, None, totals.victim_options)
     ctx = CycleContext(snapshot, spec, shares, ledger, tx, plan, log, now, capacity, time_up)
     #    Pods being deleted release their room: the actions place onto it (pipelining).
     release_terminating(ctx)

@@ -59,6 +59,7 @@ from kai_ray.decisions.totals import Tally, kept_tally
 from kai_ray.decisions.transaction import MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import (
     Budget,
+    KeptOptions,
     Need,
     PodVector,
     Released,
@@ -111,7 +112,14 @@ def evict_to_fit(
     for slack in SLACK:
         wanted = dataclasses.replace(need, count=need.count + int(slack * need.count))
         chosen = select_victims(
-            tx.free, wanted, units, _vector(tx), _node_of(tx), new_budget(), _released(tx)
+            tx.free,
+            wanted,
+            units,
+            _vector(tx),
+            _node_of(tx),
+            new_budget(),
+            _released(tx),
+            _kept_options(tx),
         )
         if chosen is None:
             break
@@ -371,6 +379,20 @@ RELEASED = MemoKey[Released]("released by victim units")
 def _released(tx: Transaction) -> Released:
     width = tx.free.shape[1]
     return tx.memo.get(RELEASED, None, lambda: Released(_vector(tx), _node_of(tx), width))
+
+
+#: The caller's victim options kept from cycle to cycle (`victims.KeptOptions`; absent
+#: when it keeps nothing across cycles).
+VICTIM_OPTIONS = MemoKey[KeptOptions]("victim options per node")
+
+
+def _kept_options(tx: Transaction) -> KeptOptions | None:
+    """The kept options, following this snapshot's layout of nodes and resources
+    (what `_vector` and `_node_of` read besides the pods)."""
+    kept = tx.memo.find(VICTIM_OPTIONS, None)
+    if kept is None:
+        return None
+    return kept.follow((tx.snapshot.node_names, tx.snapshot.resource_names))
 
 
 def _node_of(tx: Transaction) -> Callable[[PodState], int]:

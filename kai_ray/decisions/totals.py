@@ -32,6 +32,7 @@ from kai_ray.decisions.placement.inter_pod import WithTerms
 from kai_ray.decisions.placement.mix import ClassCounts
 from kai_ray.decisions.placement.node_kept import KeptAcrossCycles
 from kai_ray.decisions.transaction import CycleMemo, MemoKey
+from kai_ray.decisions.victims import KeptOptions
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.snapshot import Snapshot, differences
@@ -258,6 +259,8 @@ class GroupTotals:
         #: Placement's per-node values, kept while each node's rows are as they were
         #: (`node_kept.KeptAcrossCycles`).
         self.per_node = KeptAcrossCycles()
+        #: The victim search's options per node (`victims.KeptOptions`).
+        self.victim_options = KeptOptions()
         #: Values the actions derive from the waiting groups alone (`KeptForWaiting`).
         self.per_waiting = KeptForWaiting()
         #: The last fair shares, given again while their inputs are equal.

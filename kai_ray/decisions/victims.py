@@ -197,11 +197,13 @@ def select_victims(
     node_of: NodeOf,
     budget: Budget,
     released: Released | None = None,
+    kept: KeptOptions | None = None,
 ) -> list[VictimUnit] | None:
     """Units whose eviction should make room for `need.count` pods, or None when
     the eligible units cannot make enough room. An empty list: it fits already.
     `released`, kept by the caller for the same `pod_vector` and `node_of`, spares
-    summing a unit's pods again in a later search."""
+    summing a unit's pods again in a later search; `kept`, kept for them too,
+    each node's option from an earlier search with the same inputs."""
     fits_now = np.where(need.allowed, pods_fitting(free, need.vector), 0)
     missing = need.count - int(fits_now.sum())
     if missing <= 0:
@@ -214,12 +216,72 @@ def select_victims(
         sizes.setdefault(len(on_node), []).append(node)
     released = released or Released(pod_vector, node_of, free.shape[1])
     options: list[_NodeOption] = []
+    store = None if kept is None else kept.search(need, missing)
     for nodes in sizes.values():
-        for start in range(0, len(nodes), _BATCH_NODES):
-            batch = [(node, by_node[node]) for node in nodes[start : start + _BATCH_NODES]]
-            options += _node_options(free, need, batch, fits_now, missing, released)
+        todo, inputs = nodes, {}
+        if store is not None:
+            todo = []
+            for node in nodes:
+                inputs[node] = (free[node].tobytes(), *map(id, by_node[node]))
+                found = store.get(node)
+                if found is None or found[0] != inputs[node]:
+                    todo.append(node)
+                elif found[1] is not None:
+                    options.append(found[1])
+        for start in range(0, len(todo), _BATCH_NODES):
+            batch = [(node, by_node[node]) for node in todo[start : start + _BATCH_NODES]]
+            made = _node_options(free, need, batch, fits_now, missing, released)
+            options += made
+            if store is not None:
+                helping = {option.node: option for option in made}
+                for node, units in batch:
+                    store[node] = (inputs[node], helping.get(node), units)
+    # The order is total (a node's option names it): how they were found is not read.
     options.sort(key=lambda o: o.key)
     return _take_options(options, missing, budget)
+
+
+#: Per node: the inputs of its option (its free row, its units by identity), the
+#: option (None: its units do not help), and the units (kept alive, so that their
+#: ids name them while the entry stands).
+_NodeEntries = dict[int, tuple[tuple[object, ...], "_NodeOption | None", list["VictimUnit"]]]
+
+
+class KeptOptions:
+    """Each node's option (`_node_options`) kept from one search to the next, by what
+    it is worked out from: the search's need (the pod's vector and how many pods are
+    still missing) and, per node, its free row (by value) and its units (the very
+    objects, in order: a group's victim units are kept while its state is). A
+    node's option reads nothing else (its units' release on the node, by the
+    layout of nodes and resources the store follows), so a later search, in this
+    cycle or the next, works out only the nodes whose free room or units changed:
+    with a deep backlog the same kinds of job are searched every cycle over a
+    cluster that moved on a few nodes. The most recently used `AT_MOST` needs are
+    kept, each with one entry per node."""
+
+    AT_MOST = 64
+
+    def __init__(self) -> None:
+        self._layout: tuple[object, ...] = ()
+        self._by_need: dict[tuple[object, ...], _NodeEntries] = {}
+
+    def follow(self, layout: tuple[object, ...]) -> KeptOptions:
+        """The nodes' and resources' layout of this search's snapshot: another layout
+        starts afresh (compared by identity, then by value)."""
+        if layout is not self._layout and layout != self._layout:
+            self._by_need.clear()
+        self._layout = layout
+        return self
+
+    def search(self, need: Need, missing: int) -> _NodeEntries:
+        key = (need.vector.tobytes(), need.gpu_column, missing)
+        found = self._by_need.pop(key, None)
+        if found is None:
+            found = {}
+            if len(self._by_need) >= self.AT_MOST:
+                del self._by_need[next(iter(self._by_need))]
+        self._by_need[key] = found  # the most recently used last
+        return found
 
 
 def _units_by_node(

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from kai_ray.decisions.victims import (
     Budget,
+    KeptOptions,
     Need,
     VictimUnit,
     select_victims,
@@ -288,3 +289,64 @@ def test_the_batched_node_choice_is_the_plain_one(
     assert (None if chosen is None else [u.label() for u in chosen]) == (
         None if expected is None else [u.label() for u in expected]
     )
+
+
+# ------------------------------------------- options kept from one search to the next
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    specs=SPECS,
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["as is", "room", "gone", "cut again"]),
+            st.integers(0, 8),  # which node or group the change is on
+            st.sampled_from([1.0, 2.0, 4.0]),  # the room a node gains or loses
+            st.sampled_from([1.0, 2.0, 4.0, 8.0]),  # GPUs per pod of the search
+            st.integers(1, 4),  # pods the search misses
+            st.lists(st.booleans(), min_size=4, max_size=4).filter(any),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_options_kept_across_searches_choose_what_a_fresh_search_chooses(
+    specs: list[tuple[int, int, list[str], int, int]],
+    steps: list[tuple[str, int, float, float, int, list[bool]]],
+) -> None:
+    """Searches one after another, between which a node's free room changes, a group
+    goes (its units with it), or a group is cut into units again (new objects, equal
+    values): with one `KeptOptions` for all of them, each chooses the victims a
+    search keeping nothing chooses."""
+    found = groups(*((f"g{i}", m, g, nodes, c) for i, (m, g, nodes, c, _) in enumerate(specs)))
+    priority = {f"g{i}": spec[4] for i, spec in enumerate(specs)}
+
+    def cut(group: PodGroupState) -> list[VictimUnit]:
+        return victim_units(group, priority[group.name], group.creation_timestamp)
+
+    units_by_group = {name: cut(group) for name, group in found.items()}
+    free = np.zeros((4, 4))
+    free[:, GPU_COLUMN] = 8.0
+    for group in found.values():
+        for pod in group.pods:
+            free[int((pod.node or "n0")[1:]), GPU_COLUMN] -= pod.requests["nvidia.com/gpu"]
+    vector = lambda pod: np.array([0.0, 0.0, pod.requests["nvidia.com/gpu"], 0.0])  # noqa: E731
+    node_of = lambda p: int((p.node or "n0")[1:])  # noqa: E731
+    kept = KeptOptions().follow(("four nodes",))
+    for change, where, room, gpus, count, allowed in steps:
+        names = sorted(units_by_group)
+        if change == "room":
+            free[where % 4, GPU_COLUMN] += room if where % 2 else -room
+        elif change == "gone" and names:
+            units_by_group.pop(names[where % len(names)])
+        elif change == "cut again" and names:
+            name = names[where % len(names)]
+            units_by_group[name] = cut(found[name])
+        units = [u for group_units in units_by_group.values() for u in group_units]
+        need = Need(np.array([0.0, 0.0, gpus, 0.0]), count, np.array(allowed), GPU_COLUMN)
+        fresh = select_victims(free, need, units, vector, node_of, Budget())
+        with_kept = select_victims(free, need, units, vector, node_of, Budget(), kept=kept)
+        labels = [None if c is None else [u.label() for u in c] for c in (with_kept, fresh)]
+        assert labels[0] == labels[1]
+        if with_kept:
+            assert all(any(u is v for v in units) for u in with_kept), "the search's own units"
