@@ -46,6 +46,7 @@ from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.placement.equivalence import KnownFailure
 from kai_ray.decisions.plan import GroupStatus
 from kai_ray.decisions.waiting import waiting_jobs
+from kai_ray.state.groups import PodGroupState
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,10 @@ class Waited:
 
     refused: str | None
     failure: KnownFailure | None
+
+    def reason_for(self, group: PodGroupState) -> str | None:
+        """The reason as `group` waits: the refusal, else the failure rendered for its pods."""
+        return self.refused or (self.failure.reason_for(group) if self.failure else None)
 
 
 #: Jobs answered by their kind's known answer at one state before the kinds left
@@ -111,8 +116,7 @@ class _Allocation:
             else:
                 # A job judged alike to one that waited at this very state waits the
                 # same way: the attempt would read the same and change nothing.
-                refused, failure = waited.refused, waited.failure
-                reason = refused or (failure.reason_for(candidate.group) if failure else None)
+                refused, reason = waited.refused, waited.reason_for(candidate.group)
                 repeats += 1
             if not reason:
                 ctx.plan.statuses.state(admitted(candidate.group))
@@ -154,9 +158,7 @@ class _Allocation:
                 if waited is None:
                     return False
                 known[(*state, alike)] = waited
-            reason = waited.refused or (
-                waited.failure.reason_for(candidate.group) if waited.failure else None
-            )
+            reason = waited.reason_for(candidate.group)
             if not reason:
                 return False
             reasons.append((candidate, reason))

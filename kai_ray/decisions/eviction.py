@@ -168,9 +168,9 @@ def no_domain_could_hold(
     return not domain_could_hold_in_total(tx, group, domains, alone, budget)
 
 
-#: Per list of units: that list (kept alive, so its id names it all cycle), one unit
-#: of each (leaf queue, requests) among them, and each unit's index among those.
-UNIT_KINDS = MemoKey[tuple[object, list[VictimUnit], list[int]]]("victim units by kind")
+#: Per list of units: one unit of each (leaf queue, requests) among them, and each
+#: unit's index among those.
+UNIT_KINDS = MemoKey[tuple[list[VictimUnit], list[int]]]("victim units by kind")
 
 
 def _unit_kinds(tx: Transaction, units: Sequence[VictimUnit]) -> tuple[list[VictimUnit], list[int]]:
@@ -178,7 +178,7 @@ def _unit_kinds(tx: Transaction, units: Sequence[VictimUnit]) -> tuple[list[Vict
     requests) once each, and the index of each unit's kind: a budget is asked once
     per kind, not once per unit (every job's search meets the same units)."""
 
-    def build() -> tuple[object, list[VictimUnit], list[int]]:
+    def build() -> tuple[list[VictimUnit], list[int]]:
         index: dict[tuple[str, Resources], int] = {}
         kinds: list[VictimUnit] = []
         of_unit: list[int] = []
@@ -189,10 +189,9 @@ def _unit_kinds(tx: Transaction, units: Sequence[VictimUnit]) -> tuple[list[Vict
                 found = index[key] = len(kinds)
                 kinds.append(unit)
             of_unit.append(found)
-        return units, kinds, of_unit
+        return kinds, of_unit
 
-    _, kinds, of_unit = tx.memo.get(UNIT_KINDS, id(units), build)
-    return kinds, of_unit
+    return tx.memo.of_object(UNIT_KINDS, units, None, build)
 
 
 #: Each node's domain (an index; -1: in none) for the members of one gang.
@@ -580,7 +579,7 @@ def running_units(
     )
     untouched = _untouched_units(ctx, protection, below)
 
-    def build() -> tuple[object, list[VictimUnit], float | None]:
+    def build() -> tuple[list[VictimUnit], float | None]:
         units: list[VictimUnit] = []
         earliest: float | None = None
         for queue, unit, end in untouched:
@@ -590,20 +589,19 @@ def running_units(
                 units.append(unit)
             else:
                 earliest = end if earliest is None else min(earliest, end)
-        return untouched, units, earliest
+        return units, earliest
 
     # Every job of a queue accepts the same queues: the walk is made once per list.
-    _, units, earliest = ctx.transaction.memo.get(RUNNING, (id(untouched), accepted), build)
+    units, earliest = ctx.transaction.memo.of_object(RUNNING, untouched, accepted, build)
     if earliest is not None:
         before = protection.earliest_end
         protection.earliest_end = earliest if before is None else min(before, earliest)
     return units
 
 
-#: Per (list of untouched units, queues accepted): that list (kept alive, so its id
-#: names it all cycle), the accepted queues' unprotected units, in its order
-#: (shared: read only), and the earliest end of their protections.
-RUNNING = MemoKey[tuple[object, list[VictimUnit], float | None]]("running units accepted")
+#: Per (list of untouched units, queues accepted): the accepted queues' unprotected
+#: units, in its order (shared: read only), and the earliest end of their protections.
+RUNNING = MemoKey[tuple[list[VictimUnit], float | None]]("running units accepted")
 
 
 #: Per (transaction version, min-runtime field and time, priority bound): the
@@ -716,20 +714,19 @@ def admission_refusal(
     return refusal(ctx.ledger, group, candidate.request, preemptible, _freed(ctx, victims))
 
 
-#: Per list of victims: that list (kept alive, so its id names it all cycle) and what
-#: it frees in each queue (`admission.freed_in_queues`, which reads the queue tree
-#: and the victims alone).
-FREED = MemoKey[tuple[object, Freed]]("freed by victims")
+#: Per list of victims: what it frees in each queue (`admission.freed_in_queues`,
+#: which reads the queue tree and the victims alone).
+FREED = MemoKey[Freed]("freed by victims")
 
 
 def _freed(ctx: CycleContext, victims: Iterable[VictimUnit]) -> Freed:
-    def build() -> tuple[object, Freed]:
-        return victims, freed_in_queues(ctx.ledger, ((u.queue, u.requests) for u in victims))
+    def build() -> Freed:
+        return freed_in_queues(ctx.ledger, ((u.queue, u.requests) for u in victims))
 
     if not isinstance(victims, list):
-        return build()[1]
+        return build()
     # Every job of a queue is judged with the same list of possible victims first.
-    return ctx.transaction.memo.get(FREED, id(victims), build)[1]
+    return ctx.transaction.memo.of_object(FREED, victims, None, build)
 
 
 def record(

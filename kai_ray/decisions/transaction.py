@@ -71,6 +71,18 @@ class CycleMemo:
         value: T = self._slots[slot]
         return value
 
+    def of_object(
+        self, key: MemoKey[T], owner: object, argument: Hashable, build: Callable[[], T]
+    ) -> T:
+        """The value under `key` for the very object `owner` (a list worked out once
+        and shared, say) and `argument`, built once per cycle. `owner` is kept with
+        the value, so that no other object takes its id while the cycle lasts."""
+        slot = (key, (id(owner), argument))
+        found: tuple[object, T] | None = self._slots.get(slot)
+        if found is None:
+            found = self._slots[slot] = (owner, build())
+        return found[1]
+
     def find(self, key: MemoKey[T], argument: Hashable) -> T | None:
         """The value kept under `key` for `argument`, None when there is none."""
         found: T | None = self._slots.get((key, argument))
