@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import heapq
+import itertools
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -578,20 +579,8 @@ def running_units(
         if (below is None or groups.lowest[queue] < below) and may_take(queue)
     )
     untouched = _untouched_units(ctx, protection, below)
-
-    def build() -> tuple[list[VictimUnit], float | None]:
-        units: list[VictimUnit] = []
-        earliest: float | None = None
-        for queue, unit, end in untouched:
-            if queue not in accepted:
-                continue
-            if end is None:
-                units.append(unit)
-            else:
-                earliest = end if earliest is None else min(earliest, end)
-        return units, earliest
-
-    # Every job of a queue accepts the same queues: the walk is made once per list.
+    # Every job of a queue accepts the same queues: the list is made once per list.
+    build = lambda: untouched.accepted(accepted)  # noqa: E731
     units, earliest = ctx.transaction.memo.of_object(RUNNING, untouched, accepted, build)
     if earliest is not None:
         before = protection.earliest_end
@@ -599,34 +588,57 @@ def running_units(
     return units
 
 
+@dataclass(frozen=True, eq=False)
+class Untouched:
+    """The untouched units of the groups that may give victims, in the snapshot's
+    order, with each one's leaf queue (as an index into `queues`) and the end of the
+    min-runtime that protects it now (NaN: none does)."""
+
+    queues: list[str]
+    units: list[VictimUnit]
+    queue_of: npt.NDArray[np.int64]
+    ends: npt.NDArray[np.float64]
+
+    def accepted(self, accepted: frozenset[str]) -> tuple[list[VictimUnit], float | None]:
+        """The units of the accepted queues no min-runtime protects, in order, and the
+        earliest end of the protections met among those queues' units."""
+        codes = [index for index, queue in enumerate(self.queues) if queue in accepted]
+        taken = np.isin(self.queue_of, codes)
+        protected = ~np.isnan(self.ends)
+        units = list(itertools.compress(self.units, (taken & ~protected).tolist()))
+        ends = self.ends[taken & protected]
+        return units, float(ends.min()) if ends.size else None
+
+
 #: Per (list of untouched units, queues accepted): the accepted queues' unprotected
 #: units, in its order (shared: read only), and the earliest end of their protections.
 RUNNING = MemoKey[tuple[list[VictimUnit], float | None]]("running units accepted")
 
 
-#: Per (transaction version, min-runtime field and time, priority bound): the
-#: untouched units of the groups that may give victims (`_untouched_units`).
-UNTOUCHED = MemoKey[list[tuple[str, VictimUnit, float | None]]]("untouched victim units")
+#: Per (pods evicted in the transaction, min-runtime field and time, priority bound):
+#: the untouched units of the groups that may give victims (`_untouched_units`).
+UNTOUCHED = MemoKey[Untouched]("untouched victim units")
 
 
-def _untouched_units(
-    ctx: CycleContext, protection: Protection, below: int | None
-) -> list[tuple[str, VictimUnit, float | None]]:
+def _untouched_units(ctx: CycleContext, protection: Protection, below: int | None) -> Untouched:
     """Every untouched unit, in the snapshot's order, of the groups that may give
     victims (of a priority under `below`, when given), with its group's leaf queue
-    and the end of the min-runtime that protects it now (None: none does). What
-    it reads besides the groups (kept per cycle) is the transaction's state, the
-    queue tree and the protection's field and time."""
+    and the end of the min-runtime that protects it now. What it reads besides the
+    groups (kept per cycle) is the pods the transaction evicted, the queue tree and
+    the protection's field and time."""
     tx = ctx.transaction
 
-    def build() -> list[tuple[str, VictimUnit, float | None]]:
+    def build() -> Untouched:
         groups = victim_groups(ctx)
         chosen = [
             found
             for queue, found in groups.by_queue.items()
             if below is None or groups.lowest[queue] < below
         ]
-        found: list[tuple[str, VictimUnit, float | None]] = []
+        queues: dict[str, int] = {}
+        units: list[VictimUnit] = []
+        queue_of: list[int] = []
+        ends: list[float] = []
         for _, group, priority in heapq.merge(*chosen, key=lambda entry: entry[0]):
             if below is not None and priority >= below:
                 continue
@@ -635,10 +647,20 @@ def _untouched_units(
                     continue
                 end = protection.ends_at(unit)
                 protected = end is not None and end > protection.now
-                found.append((group.queue, unit, end if protected else None))
-        return found
+                units.append(unit)
+                queue_of.append(queues.setdefault(group.queue, len(queues)))
+                ends.append(end if protected and end is not None else np.nan)
+        return Untouched(
+            list(queues),
+            units,
+            np.array(queue_of, dtype=np.int64),
+            np.array(ends, dtype=np.float64),
+        )
 
-    key = (tx.version, id(protection.tree), protection.which, protection.now, below)
+    # The transaction is read for the pods it evicted alone: placements made meanwhile
+    # (allocate's, most of a cycle's) leave the list as it was.
+    removed = frozenset(tx.removed)
+    key = (removed, id(protection.tree), protection.which, protection.now, below)
     return tx.memo.get(UNTOUCHED, key, build)
 
 

@@ -5,7 +5,9 @@ The shortcuts are held to the plain path here, on clusters hypothesis draws
 jobs of several priorities, some preemptible, and a backlog of waiting gangs
 drawn from a small palette of shapes so that equivalent gangs abound):
 - `placement/equivalence.py`: a gang equivalent to one that failed at the same
-  transaction version is not searched again (plain: every gang is searched);
+  transaction version is not searched again, nor (`placement/carried.py`) one
+  equivalent to a gang no node had room for while every node it may use fails
+  for the same first reason (plain: every gang is searched);
 - `eviction.running_units` over the per-queue index of victim groups (plain:
   every group of the snapshot looked at for every waiting job);
 - `WaitingJobs.key_of`, a queue's order key kept per request while its holdings
@@ -295,6 +297,7 @@ def _members_afresh(
 
 SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (gang_tree, "signature", lambda tx, group: None),
+    (gang_tree, "carried_failure", lambda tx, key, group: None),
     (gang, "_counted_failure", lambda ctx, pods, node_set, cache: None),
     (preempt, "running_units", plain_running_units),
     (reclaim, "running_units", plain_running_units),

@@ -101,8 +101,9 @@ def signature(tx: Transaction, group: PodGroupState) -> Hashable | None:
 
 def plain_signature(group: PodGroupState, tx: Transaction | None = None) -> Signature | None:
     """The part of the signature that reads the group alone: no subgroups, no
-    nominated nodes, no live member bound; its minimum still to place, its
-    constraint and strategy, and its live pods alike in order. Kept from cycle to
+    nominated nodes, no live member bound; its minimum and members done (the reason
+    names the minimum), its constraint and strategy, and its live pods alike in
+    order, held by a gate or not. Kept from cycle to
     cycle for the very state when `tx`'s memo keeps values per group."""
     if tx is not None:
         build = lambda: plain_signature(group)  # noqa: E731
@@ -116,7 +117,8 @@ def plain_signature(group: PodGroupState, tx: Transaction | None = None) -> Sign
     pods = tuple(_pod_signature(pod) for pod in live)
     done = len(group.succeeded)
     parts = (
-        spec.minMember - done,
+        spec.minMember,
+        done,
         spec.minSubGroup,
         spec.topologyConstraint,
         spec.placementStrategy,
@@ -133,6 +135,7 @@ def _pod_signature(pod: PodState) -> Hashable:
         pod.node_selector,
         pod.node_affinity,
         pod.tolerations,
+        pod.held,
     )
 
 

@@ -249,19 +249,35 @@ def choose_devices(
 
 def resource_rejections(tx: Transaction, shape: PodShape, nodes: Indices) -> Counter[str]:
     """Why each of `nodes` (past the static filters) cannot take one more pod of `shape`."""
+    reasons, stages = rejection_stages(tx, shape, nodes)
     counts: Counter[str] = Counter()
-    rejected = nodes[room_on(tx, shape, nodes) < 1]
-    remaining = np.ones(rejected.size, dtype=np.bool_)
-    stages = (
-        _capacity_stages(tx, shape, rejected)
-        + _column_stages(tx, shape, rejected)
-        + _device_stages(tx, shape, rejected)
-    )
-    for reason, lacking in stages:
-        hit = remaining & lacking
-        counts[reason] += int(np.count_nonzero(hit))
-        remaining &= ~hit
+    failing = np.bincount(stages[stages >= 0], minlength=len(reasons) + 1)
+    for reason, count in zip(reasons, failing[: len(reasons)], strict=True):
+        counts[reason] += int(count)
     return counts
+
+
+def rejection_stages(tx: Transaction, shape: PodShape, nodes: Indices) -> tuple[list[str], Counts]:
+    """The shape's reasons for a node not to take a pod, in the order they are
+    checked (too small in all, lacking free room, lacking devices), and per node of
+    `nodes` the first it fails: -1 where the node can take one more pod of `shape`,
+    `len(reasons)` where it fails none of them."""
+    at = np.full(len(nodes), -1, dtype=np.int64)
+    rejected = np.flatnonzero(room_on(tx, shape, nodes) < 1)
+    stages = _stages(tx, shape, nodes[rejected])
+    first = np.full(len(rejected), len(stages), dtype=np.int64)
+    for index in reversed(range(len(stages))):
+        first[stages[index][1]] = index
+    at[rejected] = first
+    return [reason for reason, _ in stages], at
+
+
+def _stages(tx: Transaction, shape: PodShape, nodes: Indices) -> Stages:
+    return (
+        _capacity_stages(tx, shape, nodes)
+        + _column_stages(tx, shape, nodes)
+        + _device_stages(tx, shape, nodes)
+    )
 
 
 def _device_stages(tx: Transaction, shape: PodShape, nodes: Indices) -> Stages:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kai_ray.decisions.placement.carried import carried_failure, carry_failure
 from kai_ray.decisions.placement.equivalence import (
     KnownFailure,
     keep_failure,
@@ -55,9 +56,12 @@ def place_gang(tx: Transaction, group: PodGroupState, config: SchedulerConfigSpe
     """The group's missing minimum, all or nothing: placed in the transaction when it
     holds, and the transaction left as it was when not. A gang equivalent to one that
     failed with the transaction as it is now fails the same way without a search
-    (`equivalence.py`)."""
+    (`equivalence.py`), as does one equivalent to a gang no node had room for, while
+    none has (`carried.py`)."""
     key = signature(tx, group)
     known = known_failure(tx, key)
+    if known is None and key is not None:
+        known = carried_failure(tx, key, group)
     reusable = known is not None
     if known is None:
         tree = build_tree(tx, group, _minimum)
@@ -70,6 +74,8 @@ def place_gang(tx: Transaction, group: PodGroupState, config: SchedulerConfigSpe
         render = lambda f: f"gang of {group.spec.minMember} does not fit: {explain(ctx, f)}"  # noqa: E731
         known = keep_failure(tx, key, group, failure, render)
         reusable = known_failure(tx, key) is known
+        if reusable:
+            carry_failure(tx, key, group, known)
     return GangOutcome(known.code, known.reason_for(group), known=known if reusable else None)
 
 

@@ -1,0 +1,180 @@
+"""A gang that found no room at all, remembered while no node it may use gains any.
+
+`equivalence.py` answers a gang equivalent to one that failed at the very same
+transaction version. With a deep backlog on a full cluster the same kinds of
+gang fail again at every version and every cycle, though what decided their
+failure did not move: each node they may use still cannot take one of their
+pods, for the same reason. This keeps such a failure across versions and
+cycles, with what it was decided on, and answers from it while that holds.
+
+A failure is kept only for a gang whose signature is its plain one (no inter-pod
+terms in play, no device claims) and whose live pods are alike, so they share
+one shape and one set of nodes the static filters let them on; and only when no
+such node can take even one of its pods (`fit.rejection_stages` gives -1 on
+none). Then no placement path places anything: no domain has room for a pod,
+and the first pod finds no node. What the attempt read of the nodes is their
+room for the shape (all none) and the first reason each fails
+(`fit.rejection_stages`), besides the nodes' static facts and the topologies'
+layouts; the reason rendered is made of those alone ("no node fits pod X: 512
+nodes lack free nvidia.com/gpu", "the best rack has room for 0").
+
+So the kept failure holds while every node the gang may use fails for the same
+first reason. Node versions (`node_kept.NodeVersions`, which move whenever a
+node's free row or devices may have changed, in a transaction or from one to
+the next) tell the nodes to look at again: those whose version moved since the
+failure was last found to hold. The failures are kept with the nodes' static
+facts (`node_kept.node_static`), and dropped when the nodes' allocatable or a
+topology's layout changes. A property test (`tests/unit/test_carried.py`) holds
+the answers to fresh attempts after random events. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from kai_ray.decisions.placement.equivalence import KNOWN_FAILURE, KnownFailure, plain_signature
+from kai_ray.decisions.placement.filters import static_mask
+from kai_ray.decisions.placement.fit import rejection_stages
+from kai_ray.decisions.placement.node_kept import (
+    ACROSS_CYCLES,
+    KeptAcrossCycles,
+    Versions,
+    node_static,
+)
+from kai_ray.decisions.placement.shapes import shape_of
+from kai_ray.decisions.transaction import MemoKey, Transaction
+from kai_ray.state.groups import PodGroupState
+
+Flags = npt.NDArray[np.bool_]
+Stages = npt.NDArray[np.int64]
+
+
+@dataclass
+class _Kept:
+    known: KnownFailure
+    #: The nodes the static filters let the gang's pods on.
+    allowed: Flags
+    #: The node versions at which the failure was last found to hold.
+    versions: Versions
+    #: Per node: the first reason it fails (`fit.rejection_stages`), on allowed nodes.
+    stages: Stages
+
+
+class CarriedFailures:
+    """The kept failures by gang signature, the most recently used last; for one set of
+    the nodes' static facts, allocatable and topology layouts (`follow`)."""
+
+    #: Values of a node kept per failure: a few bytes each (versions and stages).
+    NODE_VALUES = 1 << 22
+
+    def __init__(self) -> None:
+        self._by_key: dict[Hashable, _Kept] = {}
+        self._facts: tuple[object, ...] = ()
+        self._at_most = 0
+
+    def follow(self, tx: Transaction) -> CarriedFailures:
+        """Start afresh when the nodes' allocatable or a topology's layout is not the one
+        the failures were found on."""
+        snapshot = tx.snapshot
+        layouts = tuple(
+            (name, tuple((level.label, level.alias, level.node_domain) for level in tree.levels))
+            for name, tree in sorted(snapshot.topologies.items())
+        )
+        facts = (snapshot.allocatable, layouts)
+        if not _same(facts, self._facts):
+            self._by_key.clear()
+        self._facts = facts
+        self._at_most = max(16, self.NODE_VALUES // max(len(tx.free), 1))
+        return self
+
+    def find(self, key: Hashable) -> _Kept | None:
+        found = self._by_key.pop(key, None)
+        if found is not None:
+            self._by_key[key] = found
+        return found
+
+    def keep(self, key: Hashable, kept: _Kept) -> None:
+        self._by_key.pop(key, None)
+        self._by_key[key] = kept
+        while len(self._by_key) > self._at_most:
+            del self._by_key[next(iter(self._by_key))]
+
+    def drop(self, key: Hashable) -> None:
+        self._by_key.pop(key, None)
+
+
+#: The transaction's store, kept with the nodes' static facts.
+CARRIED = MemoKey[CarriedFailures]("failures carried across states")
+#: The store followed once per transaction.
+FOLLOWED = MemoKey[CarriedFailures]("failures carried, followed")
+
+
+def carried_failure(tx: Transaction, key: Hashable, group: PodGroupState) -> KnownFailure | None:
+    """The failure kept for gangs of signature `key`, when every node they may use
+    still fails for the reason it failed for then; also kept as the known failure at
+    the transaction's version (`equivalence.known_failure`)."""
+    store = _store(tx)
+    found = store.find(key)
+    if found is None:
+        return None
+    versions = _versions(tx)
+    if versions.shape != found.versions.shape:
+        store.drop(key)
+        return None
+    moved = np.flatnonzero(versions != found.versions)
+    moved = moved[found.allowed[moved]]
+    if moved.size:
+        shape = shape_of(tx, group.live_pods()[0])
+        if not np.array_equal(rejection_stages(tx, shape, moved)[1], found.stages[moved]):
+            store.drop(key)
+            return None
+    found.versions = versions.copy()
+    tx.memo.keep(KNOWN_FAILURE, (tx.version, key), found.known)
+    return found.known
+
+
+def carry_failure(
+    tx: Transaction, key: Hashable, group: PodGroupState, known: KnownFailure
+) -> None:
+    """Keep `known`, the failure just found for `group` at the transaction as it is,
+    when it is one no node the gang may use could take a pod of (see the module)."""
+    plain = plain_signature(group, tx)
+    if plain is None or plain.claims or key != plain:
+        return  # inter-pod terms or claims: the attempt read more than the nodes' room
+    pods = plain.parts[-1]
+    live = group.live_pods()
+    if not live or not isinstance(pods, tuple) or any(pod != pods[0] for pod in pods):
+        return
+    allowed = static_mask(tx, live[0])
+    nodes = np.flatnonzero(allowed).astype(np.intp)
+    stages = rejection_stages(tx, shape_of(tx, live[0]), nodes)[1]
+    if (stages < 0).any():
+        return  # a node could take a pod: the attempt may have read more than the room
+    full = np.full(len(allowed), -1, dtype=np.int64)
+    full[nodes] = stages
+    _store(tx).keep(key, _Kept(known, allowed, _versions(tx).copy(), full))
+
+
+def _store(tx: Transaction) -> CarriedFailures:
+    return tx.memo.get(
+        FOLLOWED, None, lambda: node_static(tx, CARRIED, None, CarriedFailures).follow(tx)
+    )
+
+
+def _versions(tx: Transaction) -> Versions:
+    return tx.memo.get(ACROSS_CYCLES, None, KeptAcrossCycles).versions.of(tx)
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, arrays by identity or else by value, tuples part by part."""
+    if a is b:
+        return True
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return a.shape == b.shape and bool(np.array_equal(a, b))
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
