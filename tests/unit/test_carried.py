@@ -26,7 +26,7 @@ from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.cache import NODE, POD, POD_GROUP, ClusterCache
 from kai_ray.state.snapshot import build_snapshot
 from kai_ray.values.config import SchedulerConfig
-from tests.builders import make_node, make_pod, make_pod_group
+from tests.builders import make_pod, make_pod_group
 from tests.unit.test_node_kept import SCHEDULER, apply, events, node, started
 
 CONFIG = SchedulerConfig().spec
