@@ -33,6 +33,7 @@ from kai_ray.decisions.preempt import PreemptAction
 from kai_ray.decisions.reclaim import ReclaimAction
 from kai_ray.decisions.stale import StaleGangEvictionAction
 from kai_ray.decisions.totals import (
+    LIVE_DEMAND,
     PER_WAITING,
     TALLIES,
     GroupTotals,
@@ -135,6 +136,7 @@ def run_cycle(
     tx.memo.keep(ACROSS_CYCLES, None, totals.per_node)
     tx.memo.keep(WITH_TERMS, None, totals.with_terms)
     tx.memo.keep(VICTIM_OPTIONS, None, totals.victim_options)
+    tx.memo.keep(LIVE_DEMAND, None, totals.live_exact())
     ctx = CycleContext(snapshot, spec, shares, ledger, tx, plan, log, now, capacity, time_up)
     #    Pods being deleted release their room: the actions place onto it (pipelining).
     release_terminating(ctx)

@@ -54,10 +54,10 @@ from kai_ray.decisions.fairness import quota_of
 from kai_ray.decisions.ledger import QueueLedger
 from kai_ray.decisions.ordering import Candidate
 from kai_ray.decisions.runtime import Protection, RuntimeField
+from kai_ray.decisions.totals import Exact, as_resources, live_demand, summed
 from kai_ray.decisions.victims import Budget, VictimUnit
 from kai_ray.decisions.waiting import waiting_asks, waiting_jobs
-from kai_ray.state.groups import PodGroupState
-from kai_ray.values.resources import EPSILON, Resources, add_into
+from kai_ray.values.resources import EPSILON, Resources
 
 # ------------------------------------------------------------- fairness rules
 
@@ -91,33 +91,28 @@ NONE: frozenset[str] = frozenset()
 
 
 def contested_resources(
-    groups: Mapping[str, PodGroupState], capacity: Resources, ledger: QueueLedger
+    demand: Mapping[str, Exact], capacity: Resources, ledger: QueueLedger
 ) -> Contested:
     """What the live pods of the queues, bound or pending, ask more of than there is,
-    in the cluster and under each queue (more than the queue's fair share)."""
-    # Each group's total is summed first, then added: the order the floats always had.
-    asked: dict[str, float] = {}
-    per_leaf: dict[str, dict[str, float]] = {}
-    for group in groups.values():
-        add_into(asked, group.live_requests)
-        add_into(per_leaf.setdefault(group.queue, {}), group.live_requests)
-    summed = Resources.from_canonical(asked)  # drops zeros, as the vector sum did
-    cluster = frozenset(r for r, amount in summed.items() if amount > capacity[r] + EPSILON)
-    return Contested(cluster, _over_share(ledger, per_leaf))
+    in the cluster and under each queue (more than the queue's fair share). `demand`:
+    each leaf's exact sum (`totals.live_demand`, kept from cycle to cycle), so the
+    sums are rounded once, as fair share's demand is."""
+    asked = as_resources(summed(demand.values()))
+    cluster = frozenset(r for r, amount in asked.items() if amount > capacity[r] + EPSILON)
+    return Contested(cluster, _over_share(ledger, demand))
 
 
-def _over_share(
-    ledger: QueueLedger, per_leaf: Mapping[str, Mapping[str, float]]
-) -> dict[str, frozenset[str]]:
-    subtree: dict[str, dict[str, float]] = {}
-    for leaf, amounts in per_leaf.items():
+def _over_share(ledger: QueueLedger, demand: Mapping[str, Exact]) -> dict[str, frozenset[str]]:
+    subtree: dict[str, list[Exact]] = {}
+    for leaf, amounts in demand.items():
         if leaf in ledger.tree:
             for name in ledger.path(leaf)[1:]:
-                add_into(subtree.setdefault(name, {}), amounts)
+                subtree.setdefault(name, []).append(amounts)
     under = {}
-    for name, amounts in subtree.items():
+    for name, parts in subtree.items():
         share = ledger.fair_share.get(name, Resources())
-        under[name] = frozenset(r for r, a in amounts.items() if a > share[r] + EPSILON)
+        asked = as_resources(summed(parts))
+        under[name] = frozenset(r for r, a in asked.items() if a > share[r] + EPSILON)
     return under
 
 
@@ -357,7 +352,8 @@ class ReclaimAction:
         waiting = waiting_jobs(ctx.transaction)
         if waiting.empty():
             return  # no job to reclaim for: skip summing every live pod
-        contested = contested_resources(ctx.snapshot.pod_groups, ctx.capacity, ctx.ledger)
+        demand = live_demand(ctx.transaction.memo, ctx.snapshot)
+        contested = contested_resources(demand, ctx.capacity, ctx.ledger)
         answers: AloneAnswers = {}
         attempt_in_turn(ctx, waiting, functools.partial(self.attempt, ctx, contested, answers))
 

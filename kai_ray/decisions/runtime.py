@@ -23,7 +23,6 @@ from typing import Literal
 from kai_ray.decisions.victims import VictimUnit
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.queues import QueueTree
-from kai_ray.values.clock import unix_seconds
 from kai_ray.values.config import duration_seconds
 
 RuntimeField = Literal["preemptMinRuntime", "reclaimMinRuntime"]
@@ -54,6 +53,8 @@ class Protection:
     now: float
     #: The earliest end of a protection that kept a unit out (None: none did).
     earliest_end: float | None = field(default=None)
+    #: Per leaf queue: its min-runtime (`inherited_min_runtime`), read once.
+    _minimums: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def protects(self, unit: VictimUnit) -> bool:
         end = self.ends_at(unit)
@@ -64,8 +65,13 @@ class Protection:
 
     def ends_at(self, unit: VictimUnit) -> float | None:
         """When the unit's protection ends; None for extras and unprotected queues."""
-        minimum = inherited_min_runtime(self.tree, unit.queue, self.which)
-        started = unix_seconds(unit.started)
-        if unit.extra or minimum <= 0 or started is None:
+        if unit.extra:
+            return None
+        leaf = unit.queue
+        minimum = self._minimums.get(leaf)
+        if minimum is None:
+            minimum = self._minimums[leaf] = inherited_min_runtime(self.tree, leaf, self.which)
+        started = unit.started_s
+        if minimum <= 0 or started is None:
             return None
         return started + minimum

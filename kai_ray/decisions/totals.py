@@ -359,6 +359,10 @@ class GroupTotals:
         live = self._live
         return {leaf: as_resources(live[leaf].total) for leaf in sorted(live) if live[leaf].count}
 
+    def live_exact(self) -> dict[str, Exact]:
+        """`demand` before rounding: each leaf's exact sum (read only)."""
+        return {leaf: part.total for leaf, part in self._live.items() if part.count}
+
     def held(self, snapshot: Snapshot) -> Held:
         """What every queue holds, the leaves' sums rolled up their paths."""
         tree = snapshot.queues
@@ -420,6 +424,23 @@ def leaf_requests(snapshot: Snapshot, totals: GroupTotals | None = None) -> dict
     """What each leaf queue's live pods ask for, bound or pending (exact sums), from
     `totals` kept from the last cycle when given."""
     return (totals or GroupTotals()).update(snapshot).demand()
+
+
+#: The cycle's exact sums of what each leaf's live pods ask for (`GroupTotals.live_exact`).
+LIVE_DEMAND = MemoKey[Mapping[str, Exact]]("what the leaves' live pods ask for, exact")
+
+
+def live_demand(memo: CycleMemo, snapshot: Snapshot) -> Mapping[str, Exact]:
+    """The exact sums the cycle keeps under `LIVE_DEMAND`, else summed afresh."""
+    return memo.get(LIVE_DEMAND, None, lambda: GroupTotals().update(snapshot).live_exact())
+
+
+def summed(parts: Iterable[Exact]) -> Exact:
+    """The exact sum of `parts`."""
+    total: Exact = {}
+    for amounts in parts:
+        _into(total, amounts)
+    return total
 
 
 def _into(totals: Exact, amounts: Exact) -> None:

@@ -34,6 +34,7 @@ import numpy.typing as npt
 
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState, total_requests
+from kai_ray.values.clock import unix_seconds
 from kai_ray.values.resources import EPSILON, GPU, Resources
 
 Matrix = npt.NDArray[np.float64]
@@ -64,6 +65,8 @@ class VictimUnit:
     name: str = field(init=False, repr=False, compare=False)
     #: `newest_first(created, name)`, worked out once.
     among_equals: tuple[str, str] = field(init=False, repr=False, compare=False)
+    #: `started` as Unix seconds (None: unreadable), read once.
+    started_s: float | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "requests", total_requests(self.pods))
@@ -74,6 +77,7 @@ class VictimUnit:
         object.__setattr__(self, "created", created)
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "among_equals", newest_first(created, name))
+        object.__setattr__(self, "started_s", unix_seconds(self.started))
 
     @property
     def queue(self) -> str:
