@@ -97,22 +97,21 @@ class _Allocation:
 
     def minimums(self, waiting: WaitingJobs, extras: list[Candidate]) -> None:
         ctx, tx = self.ctx, self.ctx.transaction
-        #: Per (transaction version, ledger version, `alike_key`): how a job waited.
-        known: dict[Hashable, Waited] = {}
-        #: The state last seen, how many jobs were answered from `known` at it, and
-        #: whether the kinds left were judged at it.
-        at, repeats, judged = (-1, -1), 0, False
+        #: The state last seen (transaction and ledger versions), how a job of each
+        #: kind (`alike_key`) waited at it, how many jobs were answered from that at
+        #: it, and whether the kinds left were judged at it.
+        at, known, repeats, judged = (-1, -1), dict[Hashable, Waited](), 0, False
         while not ctx.hand_over_now() and (candidate := take_next(ctx.ledger, waiting)) is not None:
             alike = alike_key(ctx, candidate.group)
-            state = (tx.version, ctx.ledger.version, alike)
-            if state[:2] != at:
-                at, repeats, judged = state[:2], 0, False
-            waited = known.get(state) if alike is not None else None
+            state = (tx.version, ctx.ledger.version)
+            if state != at:
+                at, known, repeats, judged = state, {}, 0, False
+            waited = known.get(alike) if alike is not None else None
             if waited is None:
                 refused = self.refusal_of(candidate)
                 reason, failure = (refused, None) if refused else self.place_minimum(candidate)
                 if reason and alike is not None and (refused or failure is not None):
-                    known[state] = Waited(refused, failure)
+                    known[alike] = Waited(refused, failure)
             else:
                 # A job judged alike to one that waited at this very state waits the
                 # same way: the attempt would read the same and change nothing.
@@ -135,35 +134,40 @@ class _Allocation:
 
     def rest_wait(self, waiting: WaitingJobs, known: dict[Hashable, Waited]) -> bool:
         """Every job left waits, stated as its kind waits, when each kind left waits
-        at this very state: those not met yet at it are judged once each, out of turn
-        (`waits_at`, which changes nothing). A job's turn changes nothing while its
-        kind waits, and the state does not move, so neither the order nor the
-        queues' keys matter: the rest of a deep backlog, once nothing more fits,
-        costs one attempt per kind and a look-up per job, not a turn per job. False,
-        with nothing stated, as soon as some kind would not wait with a known answer
-        (it fits, or its failure holds for it alone), which the walk in turn then
-        meets; or when the placement budget says to hand over now."""
-        ctx, tx = self.ctx, self.ctx.transaction
+        at this very state (`known`: how each kind met at it waited): those not met
+        yet at it are judged once each, out of turn (`waits_at`, which changes
+        nothing). A job's turn changes nothing while its kind waits, and the state
+        does not move, so neither the order nor the queues' keys matter: the rest of
+        a deep backlog, once nothing more fits, costs one attempt per kind and a
+        look-up per job, not a turn per job. False, with nothing stated, as soon as
+        some kind would not wait with a known answer (it fits, or its failure holds
+        for it alone), which the walk in turn then meets; or when the placement
+        budget says to hand over now."""
+        ctx = self.ctx
         if ctx.hand_over_now():
             return False
-        state = (tx.version, ctx.ledger.version)
-        reasons: list[tuple[Candidate, str]] = []
+        reasons: list[tuple[PodGroupState, str]] = []
         for candidate in waiting.remaining():
-            alike = alike_key(ctx, candidate.group)
+            group = candidate.group
+            alike = alike_key(ctx, group)
             if alike is None:
                 return False  # judged on its own, in its turn
-            waited = known.get((*state, alike))
+            waited = known.get(alike)
             if waited is None:
                 waited = self.waits_at(candidate)
                 if waited is None:
                     return False
-                known[(*state, alike)] = waited
-            reason = waited.reason_for(candidate.group)
+                known[alike] = waited
+            reason = waited.reason_for(group)
             if not reason:
                 return False
-            reasons.append((candidate, reason))
-        for candidate, reason in reasons:
-            self.wait(candidate, reason)
+            reasons.append((group, reason))
+        statuses = ctx.plan.statuses
+        for group, reason in reasons:
+            statuses.state(GroupStatus(group.key, False, reason))
+        if self.debug:
+            for group, reason in reasons:
+                ctx.log.debug("%s waits: %s", group.key, reason)
         return True
 
     def waits_at(self, candidate: Candidate) -> Waited | None:

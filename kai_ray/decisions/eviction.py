@@ -30,7 +30,6 @@ this module's. Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import heapq
 import itertools
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -56,7 +55,7 @@ from kai_ray.decisions.placement.domains import Scope, resolve
 from kai_ray.decisions.placement.filters import static_mask
 from kai_ray.decisions.plan import Evict
 from kai_ray.decisions.runtime import Protection, started_at
-from kai_ray.decisions.totals import Tally, kept_tally
+from kai_ray.decisions.totals import Tally, kept_members, kept_tally
 from kai_ray.decisions.transaction import MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import (
     Budget,
@@ -679,39 +678,52 @@ VICTIM_GROUPS = MemoKey[VictimGroups]("victim groups")
 
 def victim_groups(ctx: CycleContext) -> VictimGroups:
     """Running preemptible groups of this scheduler, seen whole, with victim units,
-    grouped by leaf queue once per cycle."""
+    grouped by leaf queue once per cycle, each queue's in the snapshot's order. The
+    groups that may give victims at all are followed from cycle to cycle (a tally's
+    members, `totals.kept_members`): the walk is over them, not over every group."""
     scheduler, tx = ctx.config.schedulerName, ctx.transaction
 
     def build() -> VictimGroups:
+        groups = ctx.snapshot.pod_groups
+        givers = kept_members(tx.memo, GIVERS, groups, _giver)
         found = VictimGroups({}, {})
-        for position, group in enumerate(ctx.snapshot.pod_groups.values()):
-            judged = functools.partial(_may_give, tx, group, scheduler)
-            priority = kept_per_group(tx.memo, MAY_GIVE, scheduler, group, judged)
-            if priority is not None:
-                found.by_queue.setdefault(group.queue, []).append((position, group, priority))
-                lowest = found.lowest.get(group.queue, priority)
-                found.lowest[group.queue] = min(lowest, priority)
+        if not givers:
+            return found
+        position = {key: index for index, key in enumerate(groups)}
+        for key, (owner, priority) in givers.items():
+            if owner != scheduler:
+                continue
+            group = groups[key]
+            found.by_queue.setdefault(group.queue, []).append((position[key], group, priority))
+            lowest = found.lowest.get(group.queue, priority)
+            found.lowest[group.queue] = min(lowest, priority)
+        for entries in found.by_queue.values():
+            entries.sort(key=lambda entry: entry[0])
         return found
 
     return tx.memo.get(VICTIM_GROUPS, scheduler, build)
 
 
-#: Per group state and scheduler: the group's priority when it may give victims, else
-#: None (`_may_give`), kept from cycle to cycle (`kept.KeptPerGroup`).
-MAY_GIVE = MemoKey[int | None]("may give victims, at priority")
+#: Per group: the scheduler it may give victims to and its priority (`_giver`),
+#: followed from cycle to cycle (`totals.kept_members`).
+GIVERS = MemoKey[Tally[tuple[str, int]]]("groups that may give victims")
 
 
-def _may_give(tx: Transaction, group: PodGroupState, scheduler: str) -> int | None:
-    """The group's priority when it may give victims: preemptible, every live pod the
-    scheduler's, seen whole, with victim units; else None. Reads the group alone."""
+def _giver(group: PodGroupState) -> tuple[str, int] | None:
+    """The scheduler whose evicting actions may take victims from the group, and the
+    group's priority: preemptible, every live pod that one scheduler's, seen whole,
+    with victim units; else None. Reads the group alone."""
     priority = group_priority(group)
     if not is_preemptible(group, priority):
         return None
-    if any(p.scheduler != scheduler for p in group.live_pods()):
-        return None  # another scheduler's pods are not ours to evict
+    schedulers = {pod.scheduler for pod in group.live_pods()}
+    if len(schedulers) != 1:
+        return None  # none live (no unit), or another scheduler's pods are not ours to evict
     if not group.seen_whole:
         return None  # a member on a node the snapshot does not know cannot be judged
-    return priority if _units_of(tx, group, priority) else None
+    if not victim_units(group, priority, started_at(group)):
+        return None
+    return schedulers.pop(), priority
 
 
 def _units_of(tx: Transaction, group: PodGroupState, priority: int) -> list[VictimUnit]:

@@ -8,8 +8,9 @@ drawn from a small palette of shapes so that equivalent gangs abound):
   transaction version is not searched again, nor (`placement/carried.py`) one
   equivalent to a gang no node had room for while every node it may use fails
   for the same first reason (plain: every gang is searched);
-- `eviction.running_units` over the per-queue index of victim groups (plain:
-  every group of the snapshot looked at for every waiting job);
+- `eviction.running_units` over the per-queue index of victim groups, whose
+  members a tally follows (`eviction.GIVERS`) (plain: every group of the
+  snapshot looked at for every waiting job);
 - `WaitingJobs.key_of`, a queue's order key kept per request while its holdings
   are the same object (plain: `queue_key` worked out at every pick), and
   `WaitingJobs.again`: the next job known without ordering the queues when its
@@ -326,6 +327,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (eviction, "_unit_kinds", lambda tx, units: (list(units), list(range(len(units))))),
     (eviction, "_freed", _freed_afresh),
     (consolidate, "kept_members", _members_afresh),
+    (eviction, "kept_members", _members_afresh),
     (eviction, "no_domain_could_hold", lambda ctx, group, units, new_budget: False),
     (eviction, "domain_could_hold_in_total", lambda tx, group, domains, units, budget: True),
     (consolidate, "domain_could_hold", lambda tx, group, domains, freed: True),

@@ -21,7 +21,7 @@ from kai_ray.decisions.admission import is_preemptible
 from kai_ray.decisions.booking import held_ledger
 from kai_ray.decisions.consolidate import MOVERS, PROTECTION_END, _mover, _protection_end
 from kai_ray.decisions.cycle import run_cycle
-from kai_ray.decisions.eviction import RELEASING, VICTIM_UNITS, _holds_releasing
+from kai_ray.decisions.eviction import GIVERS, RELEASING, VICTIM_UNITS, _giver, _holds_releasing
 from kai_ray.decisions.kept import KeptPerGroup
 from kai_ray.decisions.ordering import group_priority
 from kai_ray.decisions.preempt import RUNNING_PRIORITIES, _running_priority
@@ -95,6 +95,7 @@ LATE = MemoKey[Tally[tuple[str, int]]]("a tally first asked for late")
 TALLIED: list[tuple[MemoKey[Any], Callable[[PodGroupState], Any]]] = [
     (RUNNING_PRIORITIES, _running_priority),
     (RELEASING, _holds_releasing),
+    (GIVERS, _giver),
     (UNSETTLED, _unsettled),
     (MemoKey[Tally[tuple[str, int]]]("queue and bound pods"), _queue_and_bound),
     (LATE, _queue_and_bound),
