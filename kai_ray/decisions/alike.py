@@ -24,7 +24,7 @@ from collections.abc import Hashable
 from kai_ray.decisions.admission import is_preemptible
 from kai_ray.decisions.booking import placeable
 from kai_ray.decisions.context import CycleContext
-from kai_ray.decisions.kept import kept_per_group
+from kai_ray.decisions.kept import PER_GROUP, kept_per_group
 from kai_ray.decisions.ordering import group_priority
 from kai_ray.decisions.placement.equivalence import Signature, plain_signature, signature
 from kai_ray.decisions.placement.inter_pod import in_play
@@ -33,8 +33,11 @@ from kai_ray.state.groups import PodGroupState
 
 #: Per group state: its `alike_key` when the state alone gives it (None: it does not).
 _KEPT = MemoKey[Signature | None]("what an attempt reads of a waiting gang")
-#: Per cycle, by group key: the group's state and its key when the state alone gave it.
-_THIS_CYCLE = MemoKey[dict[str, tuple[PodGroupState, Signature]]]("alike keys this cycle")
+#: By group key: the group's state and its key when the state alone gave it, kept from
+#: cycle to cycle with the groups (`KeptPerGroup.flat`), under the queues with typed
+#: limits; None for a cycle with inter-pod terms in play.
+_KEYS = MemoKey[Signature]("alike keys")
+_THIS_CYCLE = MemoKey[dict[str, tuple[PodGroupState, Signature]] | None]("alike keys this cycle")
 
 
 def alike_key(ctx: CycleContext, group: PodGroupState) -> Hashable | None:
@@ -43,19 +46,20 @@ def alike_key(ctx: CycleContext, group: PodGroupState) -> Hashable | None:
     tx = ctx.transaction
     if tx.placed_pending(group.key):
         return None  # placement's signature has none (a member placed this cycle)
-    # Three actions ask of every waiting gang each cycle: a key the state alone gave
-    # is the same all cycle long (what decides that path, the snapshot's inter-pod
-    # terms and the queue's typed limits, is the cycle's), so it is read once.
-    this_cycle = _this_cycle(tx)
-    found = this_cycle.get(group.key)
-    if found is not None and found[0] is group:
-        return found[1]
-    if not (in_play(tx) or ctx.snapshot.queues.typed_names(group.queue)):
-        build = lambda: _alone(tx, group)  # noqa: E731
-        kept = kept_per_group(tx.memo, _KEPT, None, group, build, intern=True)
-        if kept is not None:
-            this_cycle[group.key] = (group, kept)
-            return kept
+    # Three actions ask of every waiting gang each cycle, and the next cycle asks
+    # again: a key the state alone gave holds while what decides that path (no
+    # inter-pod terms in play, no typed limit on the queue) does, so it is read once.
+    keys = _this_cycle(ctx)
+    if keys is not None:
+        found = keys.get(group.key)
+        if found is not None and found[0] is group:
+            return found[1]
+        if not ctx.snapshot.queues.typed_names(group.queue):
+            build = lambda: _alone(tx, group)  # noqa: E731
+            kept = kept_per_group(tx.memo, _KEPT, None, group, build, intern=True)
+            if kept is not None:
+                keys[group.key] = (group, kept)
+                return kept
     # Read afresh: inter-pod terms, per-GPU-type limits or devices claimed.
     placement = signature(tx, placeable(ctx, group))
     return None if placement is None else Signature((_job(group), placement))
@@ -76,5 +80,16 @@ def _job(group: PodGroupState) -> tuple[object, ...]:
     return (group.queue, group.namespace, group.missing_requests, priority, preemptible)
 
 
-def _this_cycle(tx: Transaction) -> dict[str, tuple[PodGroupState, Signature]]:
-    return tx.memo.get(_THIS_CYCLE, None, dict)
+def _this_cycle(ctx: CycleContext) -> dict[str, tuple[PodGroupState, Signature]] | None:
+    """The keys kept (`_KEYS`) for this cycle, None when inter-pod terms are in play."""
+    tx = ctx.transaction
+
+    def build() -> dict[str, tuple[PodGroupState, Signature]] | None:
+        if in_play(tx):
+            return None
+        tree = ctx.snapshot.queues
+        typed = frozenset(leaf for leaf in tree.leaves() if tree.typed_names(leaf))
+        kept = tx.memo.find(PER_GROUP, None)
+        return {} if kept is None else kept.flat(_KEYS, typed)
+
+    return tx.memo.get(_THIS_CYCLE, None, build)

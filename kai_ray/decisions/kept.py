@@ -36,6 +36,7 @@ class KeptPerGroup:
     def __init__(self) -> None:
         self._by_group: dict[str, dict[tuple[MemoKey[Any], Hashable], _Kept]] = {}
         self._interned: dict[Hashable, Hashable] = {}
+        self._flat: dict[MemoKey[Any], tuple[Hashable, dict[str, tuple[PodGroupState, Any]]]] = {}
 
     def get(
         self,
@@ -78,8 +79,23 @@ class KeptPerGroup:
                 if found_slot is slot:
                     yield key, entry.group, entry.value
 
+    def flat(self, slot: MemoKey[T], facts: Hashable) -> dict[str, tuple[PodGroupState, T]]:
+        """Values under `slot` by group key, each with the very state it was derived
+        from, for a caller that asks of many groups many times a cycle (one look-up
+        each); also derived from `facts` (what the caller read besides the group),
+        so they start afresh when the facts are not those they were kept under. A
+        group that changed or went is dropped, as with `get`; the caller checks the
+        state it meets is the one kept."""
+        kept = self._flat.get(slot)
+        if kept is None or kept[0] != facts:
+            kept = self._flat[slot] = (facts, {})
+        values: dict[str, tuple[PodGroupState, T]] = kept[1]
+        return values
+
     def drop(self, key: str) -> None:
         self._by_group.pop(key, None)
+        for _, values in self._flat.values():
+            values.pop(key, None)
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,10 @@ class MemoKey(Generic[T]):
         return f"MemoKey({self.name!r})"
 
 
+#: What `CycleMemo.get` meets for a slot with no value yet (None is a value).
+_MISSING: Any = object()
+
+
 class CycleMemo:
     """Per-cycle caches that depend only on the snapshot, under typed keys."""
 
@@ -66,9 +70,9 @@ class CycleMemo:
     def get(self, key: MemoKey[T], argument: Hashable, build: Callable[[], T]) -> T:
         """The value under `key` for `argument`, built once per cycle."""
         slot = (key, argument)
-        if slot not in self._slots:
-            self._slots[slot] = build()
-        value: T = self._slots[slot]
+        value: T = self._slots.get(slot, _MISSING)
+        if value is _MISSING:
+            value = self._slots[slot] = build()
         return value
 
     def of_object(

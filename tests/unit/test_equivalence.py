@@ -323,7 +323,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (consolidate, "in_turn", _in_turn_sorted),
     (allocate, "alike_key", lambda ctx, group: None),
     (allocate._Allocation, "rest_wait", lambda allocation, waiting, known: False),
-    (alike, "_this_cycle", lambda tx: {}),
+    (alike, "_this_cycle", lambda ctx: {}),
     (eviction, "_unit_kinds", lambda tx, units: (list(units), list(range(len(units))))),
     (eviction, "_freed", _freed_afresh),
     (consolidate, "kept_members", _members_afresh),
