@@ -37,7 +37,9 @@ _KEPT = MemoKey[Signature | None]("what an attempt reads of a waiting gang")
 #: cycle to cycle with the groups (`KeptPerGroup.flat`), under the queues with typed
 #: limits; None for a cycle with inter-pod terms in play.
 _KEYS = MemoKey[Signature]("alike keys")
-_THIS_CYCLE = MemoKey[dict[str, tuple[PodGroupState, Signature]] | None]("alike keys this cycle")
+_THIS_CYCLE = MemoKey[tuple[dict[str, tuple[PodGroupState, Signature]] | None]](
+    "alike keys this cycle"
+)
 
 
 def alike_key(ctx: CycleContext, group: PodGroupState) -> Hashable | None:
@@ -83,13 +85,14 @@ def _job(group: PodGroupState) -> tuple[object, ...]:
 def _this_cycle(ctx: CycleContext) -> dict[str, tuple[PodGroupState, Signature]] | None:
     """The keys kept (`_KEYS`) for this cycle, None when inter-pod terms are in play."""
     tx = ctx.transaction
-
-    def build() -> dict[str, tuple[PodGroupState, Signature]] | None:
-        if in_play(tx):
-            return None
-        tree = ctx.snapshot.queues
-        typed = frozenset(leaf for leaf in tree.leaves() if tree.typed_names(leaf))
-        kept = tx.memo.find(PER_GROUP, None)
-        return {} if kept is None else kept.flat(_KEYS, typed)
-
-    return tx.memo.get(_THIS_CYCLE, None, build)
+    found = tx.memo.find(_THIS_CYCLE, None)
+    if found is None:
+        keys = None
+        if not in_play(tx):
+            tree = ctx.snapshot.queues
+            typed = frozenset(leaf for leaf in tree.leaves() if tree.typed_names(leaf))
+            kept = tx.memo.find(PER_GROUP, None)
+            keys = {} if kept is None else kept.flat(_KEYS, typed)
+        found = (keys,)
+        tx.memo.keep(_THIS_CYCLE, None, found)
+    return found[0]

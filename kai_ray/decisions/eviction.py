@@ -72,7 +72,7 @@ from kai_ray.decisions.victims import (
 )
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
-from kai_ray.values.resources import EPSILON, GPU, Resources
+from kai_ray.values.resources import EPSILON, GPU, NO_RESOURCES, Resources
 
 #: Selections tried before giving up on a job: the need, then with this much more room each.
 SLACK = (0.0, 1.0, 3.0)
@@ -785,7 +785,7 @@ def standing(ctx: CycleContext, unit: VictimUnit) -> str:
     each resource with a quota that the unit holds, beside the quota and the fair
     share (`Evict.standing`)."""
     ledger, queue = ctx.ledger, unit.queue
-    held, share = ledger.held(queue), ledger.fair_share.get(queue, Resources())
+    held, share = ledger.held(queue), ledger.fair_share.get(queue, NO_RESOURCES)
     shown = [GPU] if unit.gpus > EPSILON else []
     shown += [
         r

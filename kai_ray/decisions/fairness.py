@@ -34,6 +34,7 @@ from kai_ray.values.resources import (
     CPU,
     EPSILON,
     MEMORY,
+    NO_RESOURCES,
     Resources,
     canonical_name,
     parse_amount,
@@ -191,7 +192,7 @@ def _claims(
     for name in names:
         node = tree[name]
         quota, limit, weight = queue_resource(node, resource)
-        want = requested.get(name, Resources())[resource]
+        want = requested.get(name, NO_RESOURCES)[resource]
         cap = min(want, limit)
         claims.append(
             Claim(
@@ -212,7 +213,7 @@ def subtree_requests(
     """What each queue's subtree asks for in all (allocated plus pending)."""
     totals: dict[str, Resources] = {}
     for node in reversed(list(tree.top_down())):
-        own = leaf_requests.get(node.name, Resources())
+        own = leaf_requests.get(node.name, NO_RESOURCES)
         for child in node.children:
             own = own + totals[child]
         totals[node.name] = own

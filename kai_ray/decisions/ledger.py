@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kai_ray.state.queues import QueueTree
-from kai_ray.values.resources import Resources
+from kai_ray.values.resources import NO_RESOURCES, Resources
 
 T = TypeVar("T")
 
@@ -66,10 +66,10 @@ class QueueLedger:
             self.typed[name] = self.held_typed(name) + amount
 
     def held_typed(self, name: str) -> Resources:
-        return self.typed.get(name, Resources())
+        return self.typed.get(name, NO_RESOURCES)
 
     def held(self, name: str) -> Resources:
-        return self.allocated.get(name, Resources())
+        return self.allocated.get(name, NO_RESOURCES)
 
     def held_non_preemptible(self, name: str) -> Resources:
-        return self.non_preemptible.get(name, Resources())
+        return self.non_preemptible.get(name, NO_RESOURCES)

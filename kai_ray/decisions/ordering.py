@@ -28,7 +28,7 @@ from kai_ray.decisions.fairness import quota_of as quota_of
 from kai_ray.decisions.ledger import QueueLedger
 from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.groups import PodGroupState
-from kai_ray.values.resources import EPSILON, Resources
+from kai_ray.values.resources import EPSILON, NO_RESOURCES, Resources
 
 #: The weight of a resource a queue has no allocatable share of (KAI's penalty).
 NO_SHARE_PENALTY = 1000.0
@@ -108,7 +108,7 @@ def job_key(candidate: Candidate) -> tuple[int, bool, str, str]:
 
 
 def over_fair_share(ledger: QueueLedger, name: str) -> bool:
-    share = ledger.fair_share.get(name, Resources())
+    share = ledger.fair_share.get(name, NO_RESOURCES)
     return any(amount > share[r] + EPSILON for r, amount in ledger.held(name).items())
 
 
@@ -120,7 +120,7 @@ def within_quota(ledger: QueueLedger, name: str, request: Resources) -> bool:
 def dominant_share(ledger: QueueLedger, name: str, request: Resources) -> float:
     """max over resources of held / allocatable share, with the request added."""
     after = ledger.held(name) + request
-    share = ledger.fair_share.get(name, Resources())
+    share = ledger.fair_share.get(name, NO_RESOURCES)
     tree, worst = ledger.tree, 0.0
     for resource, amount in after.items():
         quota, limit = quota_of(tree, name, resource), limit_of(tree, name, resource)

@@ -57,7 +57,7 @@ from kai_ray.decisions.runtime import Protection, RuntimeField
 from kai_ray.decisions.totals import Exact, as_resources, live_demand, summed
 from kai_ray.decisions.victims import Budget, VictimUnit
 from kai_ray.decisions.waiting import waiting_asks, waiting_jobs
-from kai_ray.values.resources import EPSILON, Resources
+from kai_ray.values.resources import EPSILON, NO_RESOURCES, Resources
 
 # ------------------------------------------------------------- fairness rules
 
@@ -110,7 +110,7 @@ def _over_share(ledger: QueueLedger, demand: Mapping[str, Exact]) -> dict[str, f
                 subtree.setdefault(name, []).append(amounts)
     under = {}
     for name, parts in subtree.items():
-        share = ledger.fair_share.get(name, Resources())
+        share = ledger.fair_share.get(name, NO_RESOURCES)
         asked = as_resources(summed(parts))
         under[name] = frozenset(r for r, a in asked.items() if a > share[r] + EPSILON)
     return under
@@ -119,7 +119,7 @@ def _over_share(ledger: QueueLedger, demand: Mapping[str, Exact]) -> dict[str, f
 def within_share(ledger: QueueLedger, leaf: str, job: Resources) -> bool:
     """With the job added, the leaf stays within its fair share in every resource
     the job asks for."""
-    held, share = ledger.held(leaf), ledger.fair_share.get(leaf, Resources())
+    held, share = ledger.held(leaf), ledger.fair_share.get(leaf, NO_RESOURCES)
     asked = [r for r, amount in job.items() if amount > EPSILON]
     return all(held[r] + job[r] <= share[r] + EPSILON for r in asked)
 
@@ -333,7 +333,7 @@ class FairShareBudget(Budget):
         return all(left[r] - amounts[r] >= quotas[r] - EPSILON for r in over)
 
     def _share(self, queue: str) -> Resources:
-        return self.ledger.fair_share.get(queue, Resources())
+        return self.ledger.fair_share.get(queue, NO_RESOURCES)
 
 
 # ------------------------------------------------- simulate and roll back

@@ -46,7 +46,7 @@ from kai_ray.decisions.plan import Bind
 from kai_ray.state.queues import UsageInterval as Interval
 from kai_ray.state.snapshot import Snapshot
 from kai_ray.values.config import SchedulerConfigSpec, TimeBasedFairness, duration_seconds
-from kai_ray.values.resources import GPU, Resources
+from kai_ray.values.resources import GPU, NO_RESOURCES, Resources
 
 Amounts = Mapping[str, float]
 #: Intervals kept per queue; older neighbours are merged beyond this.
@@ -234,7 +234,7 @@ def advance_usage(previous: UsageState, now: float, params: TimeBasedFairness) -
     idle = _idle(previous.history)
     history = {}
     for name in names:
-        held = rates.get(name, Resources())
+        held = rates.get(name, NO_RESOURCES)
         interval = Interval(max(start, since), now, held, previous.capacity)
         kept = extended(previous.history.get(name, idle), interval, since)
         if kept:
@@ -307,7 +307,7 @@ def occupying(
     for group, members in by_group.items():
         needs: dict[str, Resources] = {}
         for bind in members:
-            needs[bind.node] = needs.get(bind.node, Resources()) + _holds(snapshot, bind)
+            needs[bind.node] = needs.get(bind.node, NO_RESOURCES) + _holds(snapshot, bind)
         free = {node: room[node] if node in room else _free(snapshot, node) for node in needs}
         if not all(need.fits_in(free[node]) for node, need in needs.items()):
             continue  # pipelined: it waits for the room of pods still on the node
@@ -315,7 +315,7 @@ def occupying(
         leaf = snapshot.pod_groups[group].queue
         for name in (leaf, *snapshot.queues.ancestors(leaf)):
             for need in needs.values():
-                rates[name] = rates.get(name, Resources()) + need
+                rates[name] = rates.get(name, NO_RESOURCES) + need
     return rates
 
 

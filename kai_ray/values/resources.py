@@ -197,6 +197,9 @@ class Resources(Mapping[str, float]):
         return out
 
 
+#: The empty vector, shared (no vector is ever changed): a look-up's default.
+NO_RESOURCES = Resources()
+
 #: Vectors `interned` hands out, by value; emptied when it grows past `INTERNED_AT`.
 _interned: dict[Resources, Resources] = {}
 INTERNED_AT = 4096
