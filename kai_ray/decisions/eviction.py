@@ -59,6 +59,7 @@ from kai_ray.decisions.totals import Tally, kept_members, kept_tally
 from kai_ray.decisions.transaction import MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import (
     Budget,
+    FoundOptions,
     KeptOptions,
     Need,
     PodVector,
@@ -120,6 +121,8 @@ def evict_to_fit(
             new_budget(),
             _released(tx),
             _kept_options(tx),
+            _most(tx, need),
+            tx.memo.get(FOUND_OPTIONS, tx.version, dict),
         )
         if chosen is None:
             break
@@ -365,6 +368,16 @@ def _try_fit(ctx: CycleContext, group: PodGroupState, victims: Sequence[VictimUn
         return True
     tx.rollback(mark)
     return False
+
+
+#: Per transaction version: the victim options found (`victims.FoundOptions`).
+FOUND_OPTIONS = MemoKey[FoundOptions]("victim options found")
+
+
+def _most(tx: Transaction, need: Need) -> int:
+    """How many pods of the need any node it may use could hold with nothing on it."""
+    fits = pods_fitting(tx.snapshot.allocatable, need.vector)
+    return int(np.where(need.allowed, fits, 0).max(initial=0))
 
 
 def _vector(tx: Transaction) -> PodVector:

@@ -191,6 +191,15 @@ class _NodeOption:
     gain: int
     #: How disruptive the units are (`_disruption`), per pod gained where it adds up.
     key: tuple[object, ...]
+    #: Whether the gain was cut at the pods still missing (some set of the node's
+    #: units lets more fit): the option then holds for that many missing pods only.
+    capped: bool = False
+
+
+#: A caller's options found in one state of its free rows (a transaction version),
+#: by the units (by identity), the need and how many pods it weighed for; the very
+#: list of units is kept with them, and whether some option was cut at that many.
+FoundOptions = dict[tuple[object, ...], tuple[Sequence["VictimUnit"], list[_NodeOption], bool]]
 
 
 def select_victims(
@@ -202,18 +211,55 @@ def select_victims(
     budget: Budget,
     released: Released | None = None,
     kept: KeptOptions | None = None,
+    most: int | None = None,
+    found: FoundOptions | None = None,
 ) -> list[VictimUnit] | None:
     """Units whose eviction should make room for `need.count` pods, or None when
     the eligible units cannot make enough room. An empty list: it fits already.
     `released`, kept by the caller for the same `pod_vector` and `node_of`, spares
     summing a unit's pods again in a later search; `kept`, kept for them too,
-    each node's option from an earlier search with the same inputs."""
+    each node's option from an earlier search with the same inputs.
+
+    `most`, how many pods of the need any allowed node could hold at all (by its
+    allocatable): no set of a node's units lets more fit there, so the options
+    weighed for that many missing pods are those for any more, and searches of
+    needs alike that miss different numbers of pods share them (`found`, kept by
+    the caller for one state of `free`). Should a node's set let more fit (its
+    option cut at `most`), the options are weighed again for every pod missing."""
     fits_now = np.where(need.allowed, pods_fitting(free, need.vector), 0)
     missing = need.count - int(fits_now.sum())
     if missing <= 0:
         return []
     if budget.refuses_every(units):
         return None  # no option would be taken: weighing the nodes would find none
+    reach = missing if most is None else max(min(missing, most), 1)
+    key = (id(units), need.vector.tobytes(), need.gpu_column, need.allowed.tobytes(), reach)
+    entry = None if found is None else found.get(key)
+    if entry is None or entry[0] is not units:
+        options = _weigh(free, need, units, node_of, fits_now, reach, pod_vector, released, kept)
+        entry = (units, options, any(option.capped for option in options))
+        if found is not None:
+            found[key] = entry
+    options = entry[1]
+    if reach < missing and entry[2]:
+        # Some node's units let more pods fit than `most` said: weighed for them all.
+        options = _weigh(free, need, units, node_of, fits_now, missing, pod_vector, released, kept)
+    return _take_options(options, missing, budget)
+
+
+def _weigh(
+    free: Matrix,
+    need: Need,
+    units: Sequence[VictimUnit],
+    node_of: NodeOf,
+    fits_now: npt.NDArray[np.int64],
+    missing: int,
+    pod_vector: PodVector,
+    released: Released | None,
+    kept: KeptOptions | None,
+) -> list[_NodeOption]:
+    """Every allowed node's option for `missing` pods (`_node_options`), least
+    disruptive per pod first."""
     by_node = _units_by_node(sorted(units, key=unit_order), need.allowed, node_of)
     sizes: dict[int, list[int]] = {}
     for node, on_node in by_node.items():
@@ -242,7 +288,7 @@ def select_victims(
                     store[node] = (inputs[node], helping.get(node), units)
     # The order is total (a node's option names it): how they were found is not read.
     options.sort(key=lambda o: o.key)
-    return _take_options(options, missing, budget)
+    return options
 
 
 #: Per node: the inputs of its option (its free row, its units by identity), the
@@ -377,6 +423,7 @@ def _node_options(
     rank = np.empty((len(batch), n), dtype=np.int64)
     rank[np.arange(len(batch))[:, None], np.array(by_age)] = np.arange(n)
     oldest = np.where(sets, rank[:, None, :], -1).max(axis=2)
+    capped = fits.max(axis=1) > best
     refused = fits < best[:, None]
     owner = np.repeat(np.arange(len(batch)), sets.shape[1])
     keys = (oldest, priority, gpus, counts, cores, refused)
@@ -395,7 +442,7 @@ def _node_options(
         )
         last = units[by_age[i][int(oldest[i, row])]]
         key = (*per_pod, int(priority[i, row]), *last.among_equals, node)
-        options.append(_NodeOption(node, chosen, gain, key))
+        options.append(_NodeOption(node, chosen, gain, key, bool(capped[i])))
     return options
 
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from kai_ray.decisions.victims import (
     Budget,
+    FoundOptions,
     KeptOptions,
     Need,
     VictimUnit,
@@ -350,3 +351,51 @@ def test_options_kept_across_searches_choose_what_a_fresh_search_chooses(
         assert labels[0] == labels[1]
         if with_kept:
             assert all(any(u is v for v in units) for u in with_kept), "the search's own units"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    specs=SPECS,
+    searches=st.lists(
+        st.tuples(
+            st.sampled_from([1.0, 2.0, 4.0, 8.0]),  # GPUs per pod of the search
+            st.integers(1, 6),  # pods the search misses
+            st.integers(0, 4),  # what the caller says a node holds at most
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    allowed=st.lists(st.booleans(), min_size=4, max_size=4).filter(any),
+)
+def test_options_found_for_fewer_missing_pods_choose_what_a_fresh_search_chooses(
+    specs: list[tuple[int, int, list[str], int, int]],
+    searches: list[tuple[float, int, int]],
+    allowed: list[bool],
+) -> None:
+    """Searches at one state of the free rows share the options they found (weighed
+    for as many missing pods as `most` says a node holds), whatever `most` says, even
+    too few: each chooses the victims a search sharing nothing chooses."""
+    found_groups = groups(
+        *((f"g{i}", m, g, nodes, c) for i, (m, g, nodes, c, _) in enumerate(specs))
+    )
+    units = [
+        unit
+        for i, group in enumerate(found_groups.values())
+        for unit in victim_units(group, specs[i][4], group.creation_timestamp)
+    ]
+    free = np.zeros((4, 4))
+    free[:, GPU_COLUMN] = 8.0
+    for group in found_groups.values():
+        for pod in group.pods:
+            free[int((pod.node or "n0")[1:]), GPU_COLUMN] -= pod.requests["nvidia.com/gpu"]
+    vector = lambda pod: np.array([0.0, 0.0, pod.requests["nvidia.com/gpu"], 0.0])  # noqa: E731
+    node_of = lambda p: int((p.node or "n0")[1:])  # noqa: E731
+    shared: FoundOptions = {}
+    for gpus, count, most in searches:
+        need = Need(np.array([0.0, 0.0, gpus, 0.0]), count, np.array(allowed), GPU_COLUMN)
+        fresh = select_victims(free, need, units, vector, node_of, Budget())
+        sharing = select_victims(
+            free, need, units, vector, node_of, Budget(), most=most, found=shared
+        )
+        labels = [None if c is None else [u.label() for u in c] for c in (sharing, fresh)]
+        assert labels[0] == labels[1]
