@@ -23,10 +23,10 @@ from kai_ray.decisions.placement import carried, gang_tree
 from kai_ray.decisions.placement.gang_tree import place_gang
 from kai_ray.decisions.placement.node_kept import ACROSS_CYCLES, KeptAcrossCycles
 from kai_ray.decisions.transaction import Transaction
-from kai_ray.state.cache import NODE, POD, POD_GROUP, ClusterCache
+from kai_ray.state.cache import NODE, POD, POD_GROUP, TOPOLOGY, ClusterCache
 from kai_ray.state.snapshot import build_snapshot
 from kai_ray.values.config import SchedulerConfig
-from tests.builders import make_pod, make_pod_group
+from tests.builders import make_pod, make_pod_group, make_topology
 from tests.unit.test_node_kept import SCHEDULER, apply, events, node, started
 
 CONFIG = SchedulerConfig().spec
@@ -64,10 +64,19 @@ def test_failures_carried_across_events_are_those_found_afresh(
 
 #: (GPUs, CPUs) of a running pod; (0, 0): gone.
 RUNNING = st.sampled_from([(0, 0), (2, 8), (4, 60), (6, 1), (8, 1), (1, 64), (3, 30)])
-#: A running pod (one of six) set to a size on one of three nodes.
-resizes = st.tuples(st.integers(0, 5), RUNNING, st.integers(0, 2))
-#: The waiting gangs: (pods, GPUs each, CPUs each).
-WAITING = ((1, 4, 1), (2, 4, 16), (1, 8, 1), (1, 2, 40), (3, 1, 1))
+#: A running pod (one of eight) set to a size on one of four nodes (two racks).
+resizes = st.tuples(st.integers(0, 7), RUNNING, st.integers(0, 3))
+#: The waiting gangs: (pods, GPUs each, CPUs each, rack required).
+WAITING = (
+    (1, 4, 1, False),
+    (2, 4, 16, False),
+    (1, 8, 1, False),
+    (1, 2, 40, False),
+    (3, 1, 1, False),
+    (2, 4, 1, True),
+    (2, 8, 1, True),
+    (3, 2, 8, True),
+)
 
 
 @settings(
@@ -79,13 +88,18 @@ WAITING = ((1, 4, 1), (2, 4, 16), (1, 8, 1), (1, 2, 40), (3, 1, 1))
 def test_failures_carried_while_running_pods_change_are_those_found_afresh(
     steps: list[tuple[int, tuple[int, int], int]],
 ) -> None:
-    """Three full nodes whose running pods change size: the nodes' room and the first
-    reason each fails for (GPUs, CPUs, devices) move without any static fact moving."""
+    """Four nodes in two racks whose running pods change size: the nodes' room and the
+    first reason each fails for (GPUs, CPUs, devices) move without any static fact
+    moving; gangs that must share a rack find no rack with room for all of them."""
     cache, across = _started_small(), KeptAcrossCycles()
-    shape = {"gpus": 8, "cpu": 64, "ready": True, "cordoned": False, "rack": "r0"}
-    cache.upsert(node(2, shape), NODE)
-    for index, (pods, gpus, cpu) in enumerate(WAITING):
+    for index in (2, 3):
+        shape = {"gpus": 8, "cpu": 64, "ready": True, "cordoned": False, "rack": f"r{index % 2}"}
+        cache.upsert(node(index, shape), NODE)
+    cache.upsert(make_topology("dc", "rack", "kubernetes.io/hostname").build(), TOPOLOGY)
+    for index, (pods, gpus, cpu, rack) in enumerate(WAITING):
         group = make_pod_group(f"w{index}", "ns").queue("team").min_member(pods)
+        if rack:
+            group = group.topology("dc", required="rack")
         cache.upsert(group.build(), POD_GROUP)
         for member in range(pods):
             pod = make_pod(f"w{index}-{member}", "ns").scheduler(SCHEDULER).created(member)

@@ -36,9 +36,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from kai_ray.decisions.placement.domains import Scope, resolve
 from kai_ray.decisions.placement.equivalence import KNOWN_FAILURE, KnownFailure, plain_signature
 from kai_ray.decisions.placement.filters import static_mask
-from kai_ray.decisions.placement.fit import rejection_stages
+from kai_ray.decisions.placement.fit import rejection_stages, room_on
 from kai_ray.decisions.placement.node_kept import (
     ACROSS_CYCLES,
     KeptAcrossCycles,
@@ -51,6 +52,8 @@ from kai_ray.state.groups import PodGroupState
 
 Flags = npt.NDArray[np.bool_]
 Stages = npt.NDArray[np.int64]
+Counts = npt.NDArray[np.int64]
+Indices = npt.NDArray[np.intp]
 
 
 @dataclass
@@ -60,7 +63,9 @@ class _Kept:
     allowed: Flags
     #: The node versions at which the failure was last found to hold.
     versions: Versions
-    #: Per node: the first reason it fails (`fit.rejection_stages`), on allowed nodes.
+    #: Per node: its room for one pod (`fit.room_on`) and the first reason it fails
+    #: (`fit.rejection_stages`), on allowed nodes.
+    rooms: Counts
     stages: Stages
 
 
@@ -129,7 +134,10 @@ def carried_failure(tx: Transaction, key: Hashable, group: PodGroupState) -> Kno
     moved = moved[found.allowed[moved]]
     if moved.size:
         shape = shape_of(tx, group.live_pods()[0])
-        if not np.array_equal(rejection_stages(tx, shape, moved)[1], found.stages[moved]):
+        same = np.array_equal(room_on(tx, shape, moved), found.rooms[moved])
+        if not (
+            same and np.array_equal(rejection_stages(tx, shape, moved)[1], found.stages[moved])
+        ):
             store.drop(key)
             return None
     found.versions = versions.copy()
@@ -151,12 +159,33 @@ def carry_failure(
         return
     allowed = static_mask(tx, live[0])
     nodes = np.flatnonzero(allowed).astype(np.intp)
-    stages = rejection_stages(tx, shape_of(tx, live[0]), nodes)[1]
-    if (stages < 0).any():
-        return  # a node could take a pod: the attempt may have read more than the room
-    full = np.full(len(allowed), -1, dtype=np.int64)
-    full[nodes] = stages
-    _store(tx).keep(key, _Kept(known, allowed, _versions(tx).copy(), full))
+    shape = shape_of(tx, live[0])
+    rooms = room_on(tx, shape, nodes)
+    if rooms.any() and not _no_domain_holds(tx, group, nodes, rooms):
+        return  # a pod was placed, or might have been: the attempt read more than the room
+    rooms_of = np.zeros(len(allowed), dtype=np.int64)
+    rooms_of[nodes] = rooms
+    stages = np.full(len(allowed), -1, dtype=np.int64)
+    stages[nodes] = rejection_stages(tx, shape, nodes)[1]
+    _store(tx).keep(key, _Kept(known, allowed, _versions(tx).copy(), rooms_of, stages))
+
+
+def _no_domain_holds(tx: Transaction, group: PodGroupState, nodes: Indices, rooms: Counts) -> bool:
+    """Whether the gang has a required topology level (no fallback to every node) and
+    no domain of any level it may be placed in has room on its allowed nodes for the
+    whole minimum: then placement tries no domain (`domains.candidates` asks a
+    domain for that room before anything else) and says why from the rooms alone."""
+    constraint = group.spec.topologyConstraint
+    scope = resolve(tx, constraint, constraint.topology if constraint else None)
+    if not isinstance(scope, Scope) or scope.fallback_to_all:
+        return False
+    count = len(group.missing)
+    for level in scope.levels:
+        owner = scope.tree.levels[level].node_domain[nodes]
+        inside = owner >= 0
+        if (np.bincount(owner[inside], weights=rooms[inside]) >= count).any():
+            return False
+    return True
 
 
 def _store(tx: Transaction) -> CarriedFailures:
