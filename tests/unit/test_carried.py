@@ -38,6 +38,21 @@ def _kept_transaction(cache: ClusterCache, across: KeptAcrossCycles) -> Transact
     return tx
 
 
+def _placed_as_afresh(cache: ClusterCache, across: KeptAcrossCycles) -> None:
+    """Every waiting gang of the kept snapshot placed in turn, keeping what was kept,
+    and on a fresh build of the same objects: the same outcome each time."""
+    kept = _kept_transaction(cache, across)
+    fresh = Transaction(build_snapshot(cache.objects(), scheduler_name=SCHEDULER))
+    for group in kept.snapshot.waiting_groups:
+        found = place_gang(kept, group, CONFIG)
+        afresh = place_gang(fresh, fresh.snapshot.pod_groups[group.key], CONFIG)
+        assert (found.code, found.reason, found.placed) == (
+            afresh.code,
+            afresh.reason,
+            afresh.placed,
+        )
+
+
 @settings(
     max_examples=200,
     deadline=None,
@@ -50,16 +65,7 @@ def test_failures_carried_across_events_are_those_found_afresh(
     cache, across = started(), KeptAcrossCycles()
     for step in steps:
         apply(cache, step)
-        kept = _kept_transaction(cache, across)
-        fresh = Transaction(build_snapshot(cache.objects(), scheduler_name=SCHEDULER))
-        for group in kept.snapshot.waiting_groups:
-            found = place_gang(kept, group, CONFIG)
-            afresh = place_gang(fresh, fresh.snapshot.pod_groups[group.key], CONFIG)
-            assert (found.code, found.reason, found.placed) == (
-                afresh.code,
-                afresh.reason,
-                afresh.placed,
-            )
+        _placed_as_afresh(cache, across)
 
 
 #: (GPUs, CPUs) of a running pod; (0, 0): gone.
@@ -110,16 +116,7 @@ def test_failures_carried_while_running_pods_change_are_those_found_afresh(
             cache.upsert(pod.on(f"n{on}").phase("Running").build(), POD)
         else:
             cache.delete(POD, f"ns/run{running}")
-        kept = _kept_transaction(cache, across)
-        fresh = Transaction(build_snapshot(cache.objects(), scheduler_name=SCHEDULER))
-        for group in kept.snapshot.waiting_groups:
-            found = place_gang(kept, group, CONFIG)
-            afresh = place_gang(fresh, fresh.snapshot.pod_groups[group.key], CONFIG)
-            assert (found.code, found.reason, found.placed) == (
-                afresh.code,
-                afresh.reason,
-                afresh.placed,
-            )
+        _placed_as_afresh(cache, across)
 
 
 def _full_cluster(cache: ClusterCache) -> None:
