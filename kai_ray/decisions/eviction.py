@@ -110,6 +110,7 @@ def evict_to_fit(
         return None
     if no_domain_could_hold(ctx, group, units, new_budget):
         return None
+    most = _most(tx, need)
     for slack in SLACK:
         wanted = dataclasses.replace(need, count=need.count + int(slack * need.count))
         chosen = select_victims(
@@ -121,7 +122,7 @@ def evict_to_fit(
             new_budget(),
             _released(tx),
             _kept_options(tx),
-            _most(tx, need),
+            most,
             tx.memo.get(FOUND_OPTIONS, tx.version, dict),
         )
         if chosen is None:

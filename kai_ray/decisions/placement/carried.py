@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from kai_ray.decisions.placement.backend import per_domain
 from kai_ray.decisions.placement.domains import Scope, resolve
 from kai_ray.decisions.placement.equivalence import KNOWN_FAILURE, KnownFailure, plain_signature
 from kai_ray.decisions.placement.filters import static_mask
@@ -45,6 +46,7 @@ from kai_ray.decisions.placement.node_kept import (
     KeptAcrossCycles,
     Versions,
     node_static,
+    same_values,
 )
 from kai_ray.decisions.placement.shapes import shape_of
 from kai_ray.decisions.transaction import MemoKey, Transaction
@@ -90,7 +92,7 @@ class CarriedFailures:
             for name, tree in sorted(snapshot.topologies.items())
         )
         facts = (snapshot.allocatable, layouts)
-        if not _same(facts, self._facts):
+        if not same_values(facts, self._facts):
             self._by_key.clear()
         self._facts = facts
         self._at_most = max(16, self.NODE_VALUES // max(len(tx.free), 1))
@@ -130,8 +132,8 @@ def carried_failure(tx: Transaction, key: Hashable, group: PodGroupState) -> Kno
     if versions.shape != found.versions.shape:
         store.drop(key)
         return None
-    moved = np.flatnonzero(versions != found.versions)
-    moved = moved[found.allowed[moved]]
+    changed = np.flatnonzero(versions != found.versions)
+    moved = changed[found.allowed[changed]]
     if moved.size:
         shape = shape_of(tx, group.live_pods()[0])
         same = np.array_equal(room_on(tx, shape, moved), found.rooms[moved])
@@ -140,7 +142,8 @@ def carried_failure(tx: Transaction, key: Hashable, group: PodGroupState) -> Kno
         ):
             store.drop(key)
             return None
-    found.versions = versions.copy()
+    if changed.size:
+        found.versions = versions.copy()
     tx.memo.keep(KNOWN_FAILURE, (tx.version, key), found.known)
     return found.known
 
@@ -181,9 +184,8 @@ def _no_domain_holds(tx: Transaction, group: PodGroupState, nodes: Indices, room
         return False
     count = len(group.missing)
     for level in scope.levels:
-        owner = scope.tree.levels[level].node_domain[nodes]
-        inside = owner >= 0
-        if (np.bincount(owner[inside], weights=rooms[inside]) >= count).any():
+        entry = scope.tree.levels[level]
+        if (per_domain(entry.node_domain, nodes, rooms, len(entry.domains)) >= count).any():
             return False
     return True
 
@@ -196,14 +198,3 @@ def _store(tx: Transaction) -> CarriedFailures:
 
 def _versions(tx: Transaction) -> Versions:
     return tx.memo.get(ACROSS_CYCLES, None, KeptAcrossCycles).versions.of(tx)
-
-
-def _same(a: object, b: object) -> bool:
-    """Equal, arrays by identity or else by value, tuples part by part."""
-    if a is b:
-        return True
-    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-        return a.shape == b.shape and bool(np.array_equal(a, b))
-    if isinstance(a, tuple) and isinstance(b, tuple):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return a == b

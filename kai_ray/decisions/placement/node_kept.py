@@ -151,7 +151,7 @@ class KeptAcrossCycles:
 
     def find(self, key: Hashable, inputs: tuple[object, ...]) -> Any | None:
         found = self._kept.pop(key, None)
-        if found is None or not _same(found[0], inputs):
+        if found is None or not same_values(found[0], inputs):
             return None
         self._kept[key] = found  # the last used last
         return found[1]
@@ -192,7 +192,7 @@ def kept_per_node(
     value): the transaction's, else one kept across cycles from equal inputs, else
     `build()`."""
     kept = tx.memo.find(slot, key)
-    if kept is not None and _same(kept[0], inputs):
+    if kept is not None and same_values(kept[0], inputs):
         return kept[1]
     across = tx.memo.get(ACROSS_CYCLES, None, KeptAcrossCycles)
     found = across.find((slot, key), inputs)
@@ -216,11 +216,9 @@ def bring_up_to_date(
         value.versions[stale] = versions[stale]
 
 
-def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
-    return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
-
-
-def _equal(a: object, b: object) -> bool:
+def same_values(a: object, b: object) -> bool:
+    """Equal inputs: the very object, arrays by dtype and value, tuples part by part,
+    anything else by `==`."""
     if a is b:
         return True
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
@@ -230,4 +228,6 @@ def _equal(a: object, b: object) -> bool:
             and a.dtype == b.dtype
             and np.array_equal(a, b)
         )
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(same_values(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
