@@ -48,7 +48,7 @@ from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.alike import alike_key
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
-from kai_ray.decisions.eviction import domain_could_hold, gang_domains
+from kai_ray.decisions.eviction import NodeDomains, domain_could_hold, gang_domains
 from kai_ray.decisions.kept import kept_per_group
 from kai_ray.decisions.ordering import group_priority, job_key
 from kai_ray.decisions.placement import place_extras, place_gang
@@ -56,10 +56,11 @@ from kai_ray.decisions.placement.equivalence import signature
 from kai_ray.decisions.plan import Evict, GroupStatus, Nominate
 from kai_ray.decisions.runtime import started_at
 from kai_ray.decisions.totals import Tally, kept_members
-from kai_ray.decisions.transaction import MemoKey, Transaction, held_vector
+from kai_ray.decisions.transaction import Matrix, MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import Vector, newest_first
 from kai_ray.decisions.waiting import waiting_asks, waiting_candidates
 from kai_ray.state.groups import PodGroupState
+from kai_ray.state.pod_states import PodState
 from kai_ray.values.clock import unix_seconds
 from kai_ray.values.config import SchedulerConfigSpec, duration_seconds
 from kai_ray.values.resources import EPSILON, GPU, Resources
@@ -369,9 +370,125 @@ def could_pack(tx: Transaction, target: PodGroupState, moved: Sequence[PodGroupS
             moving.append(held)
     # the target's members as the least of its pending pods ask, resource by resource
     # (whichever of them placement completes its minimum with)
-    pending = np.sort(np.array([held_vector(snapshot, p) for p in target.pending]), axis=0)
-    sizes = np.vstack([pending[: len(target.missing)], *moving])
-    return all(sizes_could_fit(sizes[:, c], free[:, c]) for c in range(sizes.shape[1]))
+    least = _least(tx, target.pending, len(target.missing))
+    sizes = np.vstack([least, *moving])
+    if not all(sizes_could_fit(sizes[:, c], free[:, c]) for c in range(sizes.shape[1])):
+        return False
+    return could_pack_in_domains(tx, target, least, moved, free)
+
+
+def _least(tx: Transaction, pods: Sequence[PodState], count: int) -> Matrix:
+    """What any `count` of `pods` ask at the least, resource by resource: the
+    `count` smallest of each column (a row per pod, not a pod's own row)."""
+    if not count or not pods:
+        return np.zeros((0, len(tx.snapshot.resource_names)))
+    rows = np.sort(np.array([held_vector(tx.snapshot, pod) for pod in pods]), axis=0)
+    return rows[:count]
+
+
+#: Assignments of gangs to domains tried by `could_pack_in_domains` before it
+#: answers that they could (an answer it cannot rule out is a try, never a miss).
+_ASSIGNMENTS = 256
+
+
+def could_pack_in_domains(
+    tx: Transaction,
+    target: PodGroupState,
+    least: Matrix,
+    moved: Sequence[PodGroupState],
+    room: Matrix,
+) -> bool:
+    """Whether the target's missing members (`least`: as the least of its pending
+    pods ask) and the minimum of each moved gang that must share a domain of the
+    same required topology level as the target could each be given one domain of
+    that level, with `room` the nodes' room once the moved pods are gone: in each
+    domain, for each resource and each size t asked, the pods of the gangs given
+    it that ask t or more may not outnumber the pods of t its nodes could hold,
+    node by node, rounded down (`sizes_could_fit`'s first count, per domain).
+
+    Exact, in that a move it rules out fails anyway: placement puts each gang's
+    minimum inside one domain of its required level (a narrower domain lies
+    inside one of those), every placed pod on one node within its room; the
+    gangs of other levels, and the pods above a minimum, are left out, which
+    only rules out less. On a full cluster of gangs held to racks this is where
+    most moves fail: the target takes the rack the moved gangs freed, and the
+    last of them finds no rack with room for it. The assignments are searched
+    largest gang first, domains of equal counts tried once; past `_ASSIGNMENTS`
+    tries the move is tried."""
+    domains = _required_domains(tx, target)
+    if domains is None:
+        return True
+    items = [least]
+    for gang in moved:
+        if _required_domains(tx, gang) is domains:
+            count = min(max(gang.spec.minMember - len(gang.succeeded), 0), len(gang.bound))
+            items.append(_least(tx, gang.bound, count))
+    return len(items) < 2 or gangs_could_share(items, domains, room)
+
+
+def gangs_could_share(items: Sequence[Matrix], domains: NodeDomains, room: Matrix) -> bool:
+    """Whether each item (a gang's pods, a row each) could be given one domain of
+    `domains` (each node's, -1: in none) so that, in each domain, for each resource
+    and each size t asked, the pods given it that ask t or more do not outnumber
+    the pods of t its nodes' `room` could hold, node by node, rounded down: a
+    necessary condition for placing every item's pods inside one domain each.
+    True also when the search gives up (`_ASSIGNMENTS`)."""
+    items = [item for item in items if len(item)]
+    if not items:
+        return True
+    inside = domains >= 0
+    width = int(domains[inside].max(initial=-1)) + 1
+    asked = np.vstack(items)
+    caps, needs = [], []
+    for column in range(asked.shape[1]):
+        for size in np.unique(asked[:, column][asked[:, column] > EPSILON]):
+            fits = np.floor(room[inside, column] / size + EPSILON)
+            caps.append(np.bincount(domains[inside], weights=fits, minlength=width))
+            needs.append([np.count_nonzero(item[:, column] >= size - EPSILON) for item in items])
+    if not caps:
+        return True
+    return _assignable(
+        np.array(caps, dtype=np.float64).T.copy(), np.array(needs, dtype=np.float64).T
+    )
+
+
+def _required_domains(tx: Transaction, group: PodGroupState) -> NodeDomains | None:
+    """The domains of the group's required topology level, None without one."""
+    constraint = group.spec.topologyConstraint
+    if constraint is None or constraint.requiredLevel is None:
+        return None
+    return gang_domains(tx, group)
+
+
+def _assignable(caps: Matrix, needs: Matrix) -> bool:
+    """Whether each row of `needs` (a gang's counts) can be given a row of `caps` (a
+    domain's), the counts given one domain adding up to no more than its own;
+    True also once `_ASSIGNMENTS` tries found none."""
+    order = sorted(range(len(needs)), key=lambda i: -float(needs[i].sum()))
+    tries = 0
+
+    def give(position: int) -> bool:
+        nonlocal tries
+        if position == len(order):
+            return True
+        need = needs[order[position]]
+        tried: set[bytes] = set()
+        for domain in np.flatnonzero(np.all(caps >= need, axis=1)).tolist():
+            left = caps[domain].tobytes()
+            if left in tried:
+                continue
+            tried.add(left)
+            tries += 1
+            if tries > _ASSIGNMENTS:
+                return True
+            caps[domain] -= need
+            placed = give(position + 1)
+            caps[domain] += need
+            if placed:
+                return True
+        return False
+
+    return give(0)
 
 
 #: At most this many request sizes of one resource are judged as thresholds by

@@ -1,6 +1,7 @@
-"""`consolidate.sizes_could_fit`: the counts that rule out a move before it is tried
-must never rule out a packing that exists (checked against an exhaustive search on
-small random cases), and the second count catches what the first misses."""
+"""`consolidate.sizes_could_fit` and `gangs_could_share`: the counts that rule out
+a move before it is tried must never rule out a packing that exists (checked against
+exhaustive searches on small random cases), and each catches what the counts before
+it miss."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from kai_ray.decisions.consolidate import sizes_could_fit
+from kai_ray.decisions.consolidate import gangs_could_share, sizes_could_fit
 
 
 def packs(items: list[float], rooms: list[float]) -> bool:
@@ -62,3 +63,65 @@ def test_memory_sized_rooms_are_bounded_without_counting_every_item() -> None:
     rooms = np.array([1e9, 1e9])
     assert sizes_could_fit(np.array([1e6] * 50 + [2e6] * 50), rooms)
     assert not sizes_could_fit(np.array([6e8, 6e8, 6e8]), rooms)
+
+
+def shares(items: list[list[list[float]]], domains: list[int], rooms: list[list[float]]) -> bool:
+    """Whether every item (a gang: pods, each a row of sizes) can be placed inside one
+    domain, each pod on a node of it with room, by trying every domain and node."""
+    pods = [(gang, pod) for gang, item in enumerate(items) for pod in item]
+    chosen: dict[int, int] = {}
+
+    def place(i: int, left: list[list[float]]) -> bool:
+        if i == len(pods):
+            return True
+        gang, pod = pods[i]
+        for node, room in enumerate(left):
+            domain = domains[node]
+            if domain < 0 or chosen.get(gang, domain) != domain:
+                continue
+            if all(r + 1e-9 >= p for r, p in zip(room, pod, strict=True)):
+                fresh = gang not in chosen
+                chosen[gang] = domain
+                left[node] = [r - p for r, p in zip(room, pod, strict=True)]
+                if place(i + 1, left):
+                    return True
+                left[node] = room
+                if fresh:
+                    del chosen[gang]
+        return False
+
+    return place(0, [list(room) for room in rooms])
+
+
+POD = st.lists(SIZES, min_size=2, max_size=2)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.lists(POD, min_size=1, max_size=3), min_size=1, max_size=3),
+    st.lists(st.tuples(st.integers(-1, 2), POD), min_size=1, max_size=5),
+)
+def test_no_sharing_of_domains_that_exists_is_ruled_out(
+    items: list[list[list[float]]], nodes: list[tuple[int, list[float]]]
+) -> None:
+    """`gangs_could_share` against an exhaustive search: two resources, nodes in up
+    to three domains (or none), up to three gangs of up to three pods."""
+    domains = [domain for domain, _ in nodes]
+    rooms = [room for _, room in nodes]
+    if shares(items, domains, rooms):
+        matrices = [np.array(item) for item in items]
+        assert gangs_could_share(matrices, np.array(domains), np.array(rooms))
+
+
+def test_gangs_held_to_racks_do_not_share_one_rack_of_room() -> None:
+    """Two gangs of two whole-node pods, racks with three and one free nodes: four
+    pods on four free nodes pass every count cluster-wide, but after one gang takes
+    two nodes of the first rack no rack has two left for the other."""
+    rooms = np.array([[8.0], [8.0], [8.0], [8.0]])
+    domains = np.array([0, 0, 0, 1])
+    gangs = [np.array([[8.0], [8.0]]), np.array([[8.0], [8.0]])]
+    assert not shares([[[8.0], [8.0]]] * 2, [0, 0, 0, 1], [[8.0]] * 4)
+    assert sizes_could_fit(np.array([8.0] * 4), rooms[:, 0])
+    assert not gangs_could_share(gangs, domains, rooms)
+    assert gangs_could_share(gangs, np.array([0, 0, 1, 1]), rooms)
+    assert gangs_could_share(gangs[:1], domains, rooms)
