@@ -514,6 +514,11 @@ def sizes_could_fit(asked: Vector, room: Vector) -> bool:
        what is left holds at most that many items of k). Two items of more than
        half a node cannot share it: the count the first misses (four items of
        6, 5, 5 and 4 GPUs on three nodes with 8 free each pass 1 and fail 2).
+    3. when both hold and the nodes' rooms take few distinct values, a search
+       for a packing itself (`_packs`), which gives up (answering that they
+       could) past `_PACKING_STATES` states. On a fragmented cluster of single
+       pods of 1 to 8 GPUs, nearly every move that passes the counts fails at
+       its last pod, on rooms of nine values.
     """
     items = asked[asked > EPSILON]
     if items.size == 0:
@@ -529,7 +534,61 @@ def sizes_could_fit(asked: Vector, room: Vector) -> bool:
         weight += 0.5 * float(np.count_nonzero(np.abs(items - k) <= EPSILON))
         if weight > _most_weight(room, k, float(above[0]) if above.size else None) + EPSILON:
             return False
-    return True
+    return len(distinct) < 2 or _packs(items, room)
+
+
+#: `_packs` searches rooms of at most this many distinct values (GPUs left on a node),
+#: and at most this many states of the search, before it gives up.
+_DISTINCT_ROOMS = 32
+_PACKING_STATES = 4096
+
+
+class _GaveUp(Exception):
+    pass
+
+
+def _packs(items: Vector, room: Vector) -> bool:
+    """Whether the items (sizes of one resource) could be packed into nodes of room
+    `room`: each item, largest first, tried on each distinct room left that holds
+    it (nodes of equal room are alike), the failed states kept. True also when
+    the rooms take too many distinct values or the search grows too large: this
+    only ever rules out a move that fails anyway."""
+    sizes = sorted((float(size) for size in items), reverse=True)
+    smallest = sizes[-1]
+    counts: dict[float, int] = {}
+    for left in room.tolist():
+        if left + EPSILON >= smallest:
+            counts[left] = counts.get(left, 0) + 1
+    if len(counts) > _DISTINCT_ROOMS:
+        return True
+    failed: set[tuple[int, tuple[tuple[float, int], ...]]] = set()
+
+    def place(i: int, rooms: tuple[tuple[float, int], ...]) -> bool:
+        if i == len(sizes):
+            return True
+        if (i, rooms) in failed:
+            return False
+        if len(failed) >= _PACKING_STATES:
+            raise _GaveUp
+        size = sizes[i]
+        for position, (left, count) in enumerate(rooms):
+            if left + EPSILON < size:
+                continue
+            after = dict(rooms[:position] + rooms[position + 1 :])
+            if count > 1:
+                after[left] = count - 1
+            rest = left - size
+            if rest + EPSILON >= smallest:
+                after[rest] = after.get(rest, 0) + 1
+            if place(i + 1, tuple(sorted(after.items()))):
+                return True
+        failed.add((i, rooms))
+        return False
+
+    try:
+        return place(0, tuple(sorted(counts.items())))
+    except _GaveUp:
+        return True
 
 
 def _most_weight(room: Vector, k: float, s: float | None) -> float:

@@ -6,9 +6,11 @@ it miss."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from kai_ray.decisions import consolidate
 from kai_ray.decisions.consolidate import gangs_could_share, sizes_could_fit
 
 
@@ -125,3 +127,17 @@ def test_gangs_held_to_racks_do_not_share_one_rack_of_room() -> None:
     assert not gangs_could_share(gangs, domains, rooms)
     assert gangs_could_share(gangs, np.array([0, 0, 1, 1]), rooms)
     assert gangs_could_share(gangs[:1], domains, rooms)
+
+
+def test_the_search_rules_out_what_both_counts_let_through(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pods of 6, 2 and 1 GPUs and one node with 8 free: every count of either kind
+    passes, but together they ask 9. The search finds no packing; when the rooms
+    take more distinct values than it searches, it answers that they could fit."""
+    items, rooms = np.array([6.0, 2.0, 1.0]), np.array([8.0])
+    assert not packs(list(items), list(rooms))
+    assert not sizes_could_fit(items, rooms)
+    assert sizes_could_fit(items[:2], rooms)
+    monkeypatch.setattr(consolidate, "_DISTINCT_ROOMS", 0)
+    assert sizes_could_fit(items, rooms)
