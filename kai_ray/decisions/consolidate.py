@@ -41,8 +41,10 @@ from __future__ import annotations
 import dataclasses
 import heapq
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.alike import alike_key
@@ -348,10 +350,13 @@ def try_move(ctx: CycleContext, target: PodGroupState, moved: Sequence[PodGroupS
 def could_pack(tx: Transaction, target: PodGroupState, moved: Sequence[PodGroupState]) -> bool:
     """Whether the target's missing members (as the least of its pending pods
     ask) and every bound pod of `moved` could all be placed were the moved pods
-    gone, by counting: for each resource and
+    gone: first whether those held to the target's required topology level could
+    each be given a domain of it (`could_pack_in_domains`), then by counting
+    (`sizes_could_fit`): for each resource and
     each size t among the pods' requests of it, the pods asking at least t must
     not outnumber the pods of t the nodes' room (the room left plus what the
-    moved pods free) could hold, node by node, rounded down.
+    moved pods free) could hold, node by node, rounded down. What moving a gang
+    frees is worked out once a cycle (`_freed`).
 
     Exact, in that a move it rules out fails anyway: every placed pod sits on one
     node within that node's room, and a node with room f of a resource holds at
@@ -359,22 +364,48 @@ def could_pack(tx: Transaction, target: PodGroupState, moved: Sequence[PodGroupS
     fit, often for a move whose last gang finds no room: on a full, fragmented
     cluster most tries fail there, each after placing the target and the other
     gangs again."""
-    snapshot = tx.snapshot
-    free = np.maximum(tx.free, 0.0)
-    index = snapshot.node_index
-    moving = []
-    for gang in moved:
-        for pod in gang.bound:
-            held = held_vector(snapshot, pod)
-            free[index[pod.node or ""]] += held  # `np.maximum` made a copy
-            moving.append(held)
+    free = np.maximum(tx.free, 0.0)  # a copy
+    freed = [_freed(tx, gang) for gang in moved]
+    for gang in freed:
+        np.add.at(free, gang.nodes, gang.rows)
     # the target's members as the least of its pending pods ask, resource by resource
     # (whichever of them placement completes its minimum with)
     least = _least(tx, target.pending, len(target.missing))
-    sizes = np.vstack([least, *moving])
-    if not all(sizes_could_fit(sizes[:, c], free[:, c]) for c in range(sizes.shape[1])):
+    if not could_pack_in_domains(tx, target, least, freed, free):
         return False
-    return could_pack_in_domains(tx, target, least, moved, free)
+    sizes = np.vstack([least, *(gang.rows for gang in freed)])
+    return all(sizes_could_fit(sizes[:, c], free[:, c]) for c in range(sizes.shape[1]))
+
+
+@dataclass(frozen=True, eq=False)
+class _Freed:
+    """What moving a gang frees and asks again, as the counts read it."""
+
+    #: Each bound pod's node (an index) and what it holds there (a row each).
+    nodes: npt.NDArray[np.intp]
+    rows: Matrix
+    #: What its minimum asks at the least (`_least`), and the domains of its
+    #: required topology level (None: it has none).
+    least: Matrix
+    domains: NodeDomains | None
+
+
+#: Per movable gang: `_Freed`, worked out once a cycle (every waiting gang's moves,
+#: for every number of gangs moved, try the same first movable gangs).
+FREED = MemoKey[_Freed]("what a move of a gang frees")
+
+
+def _freed(tx: Transaction, gang: PodGroupState) -> _Freed:
+    def build() -> _Freed:
+        index, snapshot = tx.snapshot.node_index, tx.snapshot
+        nodes = np.array([index[pod.node or ""] for pod in gang.bound], dtype=np.intp)
+        rows = np.array([held_vector(snapshot, pod) for pod in gang.bound]).reshape(
+            len(gang.bound), len(snapshot.resource_names)
+        )
+        count = min(max(gang.spec.minMember - len(gang.succeeded), 0), len(gang.bound))
+        return _Freed(nodes, rows, _least(tx, gang.bound, count), _required_domains(tx, gang))
+
+    return tx.memo.get(FREED, gang.key, build)
 
 
 def _least(tx: Transaction, pods: Sequence[PodState], count: int) -> Matrix:
@@ -395,7 +426,7 @@ def could_pack_in_domains(
     tx: Transaction,
     target: PodGroupState,
     least: Matrix,
-    moved: Sequence[PodGroupState],
+    moved: Sequence[_Freed],
     room: Matrix,
 ) -> bool:
     """Whether the target's missing members (`least`: as the least of its pending
@@ -418,11 +449,7 @@ def could_pack_in_domains(
     domains = _required_domains(tx, target)
     if domains is None:
         return True
-    items = [least]
-    for gang in moved:
-        if _required_domains(tx, gang) is domains:
-            count = min(max(gang.spec.minMember - len(gang.succeeded), 0), len(gang.bound))
-            items.append(_least(tx, gang.bound, count))
+    items = [least, *(gang.least for gang in moved if gang.domains is domains)]
     return len(items) < 2 or gangs_could_share(items, domains, room)
 
 
