@@ -19,7 +19,8 @@ always tried. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import functools
+from collections.abc import Callable, Hashable
 
 from kai_ray.decisions.admission import is_preemptible
 from kai_ray.decisions.booking import placeable
@@ -65,6 +66,23 @@ def alike_key(ctx: CycleContext, group: PodGroupState) -> Hashable | None:
     # Read afresh: inter-pod terms, per-GPU-type limits or devices claimed.
     placement = signature(tx, placeable(ctx, group))
     return None if placement is None else Signature((_job(group), placement))
+
+
+def alike_keys(ctx: CycleContext) -> Callable[[PodGroupState], Hashable | None]:
+    """`alike_key` for the many gangs of one walk: the keys kept for the cycle are
+    looked up at once, a gang whose key they hold answered without a call."""
+    keys = _this_cycle(ctx)
+    if keys is None:
+        return functools.partial(alike_key, ctx)
+    placed = ctx.transaction.placed_pending
+
+    def key_of(group: PodGroupState) -> Hashable | None:
+        found = keys.get(group.key)
+        if found is not None and found[0] is group and not placed(group.key):
+            return found[1]
+        return alike_key(ctx, group)
+
+    return key_of
 
 
 def _alone(tx: Transaction, group: PodGroupState) -> Signature | None:

@@ -32,7 +32,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from kai_ray.decisions.admission import is_preemptible, refusal
-from kai_ray.decisions.alike import alike_key
+from kai_ray.decisions.alike import alike_keys
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.ordering import (
@@ -101,8 +101,9 @@ class _Allocation:
         #: kind (`alike_key`) waited at it, how many jobs were answered from that at
         #: it, and whether the kinds left were judged at it.
         at, known, repeats, judged = (-1, -1), dict[Hashable, Waited](), 0, False
+        key_of = alike_keys(ctx)
         while not ctx.hand_over_now() and (candidate := take_next(ctx.ledger, waiting)) is not None:
-            alike = alike_key(ctx, candidate.group)
+            alike = key_of(candidate.group)
             state = (tx.version, ctx.ledger.version)
             if state != at:
                 at, known, repeats, judged = state, {}, 0, False
@@ -147,9 +148,10 @@ class _Allocation:
         if ctx.hand_over_now():
             return False
         reasons: list[tuple[PodGroupState, str]] = []
+        key_of = alike_keys(ctx)
         for candidate in waiting.remaining():
             group = candidate.group
-            alike = alike_key(ctx, group)
+            alike = key_of(group)
             if alike is None:
                 return False  # judged on its own, in its turn
             waited = known.get(alike)

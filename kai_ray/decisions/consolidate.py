@@ -47,7 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kai_ray.decisions.admission import is_preemptible, refusal
-from kai_ray.decisions.alike import alike_key
+from kai_ray.decisions.alike import alike_keys
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.eviction import NodeDomains, domain_could_hold, gang_domains
@@ -78,14 +78,14 @@ class ConsolidateAction:
             return
         if not some_could_be_tried(ctx):
             return  # every attempt would stop at admission or the total, changing nothing
-        tx, nothing = ctx.transaction, set[Hashable]()
+        tx, nothing, key_of = ctx.transaction, set[Hashable](), alike_keys(ctx)
         for group in in_turn(ctx):
             # A gang judged alike to one nothing came of at this very state (the
             # transaction, the evictions planned, the ledger) is not judged again:
             # nothing would come of it either, and the failed attempt left no trace
             # that the first did not (its wake-up is asked again, a no-op). A gang
             # with a key has no member bound, so it is never among the movable.
-            alike = alike_key(ctx, group)
+            alike = key_of(group)
             state = (tx.version, len(ctx.plan.evictions), ctx.ledger.version, alike)
             if alike is not None and state in nothing:
                 continue
