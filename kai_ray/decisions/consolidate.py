@@ -374,7 +374,10 @@ def could_pack(tx: Transaction, target: PodGroupState, moved: Sequence[PodGroupS
     if not could_pack_in_domains(tx, target, least, freed, free):
         return False
     sizes = np.vstack([least, *(gang.rows for gang in freed)])
-    return all(sizes_could_fit(sizes[:, c], free[:, c]) for c in range(sizes.shape[1]))
+    # GPUs first: where a move fails, they are what runs out (the answer is the same).
+    gpu = tx.snapshot.column(GPU)
+    columns = [gpu, *(c for c in range(sizes.shape[1]) if c != gpu)]
+    return all(sizes_could_fit(sizes[:, c], free[:, c]) for c in columns)
 
 
 @dataclass(frozen=True, eq=False)
