@@ -140,10 +140,12 @@ class _Allocation:
         nothing). A job's turn changes nothing while its kind waits, and the state
         does not move, so neither the order nor the queues' keys matter: the rest of
         a deep backlog, once nothing more fits, costs one attempt per kind and a
-        look-up per job, not a turn per job. False, with nothing stated, as soon as
-        some kind would not wait with a known answer (it fits, or its failure holds
-        for it alone), which the walk in turn then meets; or when the placement
-        budget says to hand over now."""
+        look-up per job, not a turn per job. A job of no kind (a gang whose pods
+        are nominated to nodes, say) is judged on its own, as its turn would judge
+        it (`alone_waits`). False, with nothing stated, as soon as some job would
+        not wait with a known answer (it fits, or its kind's failure holds for it
+        alone), which the walk in turn then meets; or when the placement budget
+        says to hand over now."""
         ctx = self.ctx
         if ctx.hand_over_now():
             return False
@@ -153,7 +155,13 @@ class _Allocation:
             group = candidate.group
             alike = key_of(group)
             if alike is None:
-                return False  # judged on its own, in its turn
+                # No kind: judged on its own, out of turn (its turn would meet this
+                # very state, nothing placed before it).
+                alone = self.alone_waits(candidate)
+                if alone is None:
+                    return False
+                reasons.append((group, alone))
+                continue
             waited = known.get(alike)
             if waited is None:
                 waited = self.waits_at(candidate)
@@ -186,6 +194,17 @@ class _Allocation:
         if outcome.admitted or not outcome.reason or outcome.known is None:
             return None
         return Waited(None, outcome.known)
+
+    def alone_waits(self, candidate: Candidate) -> str | None:
+        """Why the job would wait now, as its turn's attempt would say (a refusal at
+        admission, or placement's reason); None when it would fit. Changes nothing."""
+        refused = self.refusal_of(candidate)
+        if refused:
+            return refused
+        ctx = self.ctx
+        with ctx.transaction.attempt():
+            outcome = place_gang(ctx.transaction, placeable(ctx, candidate.group), ctx.config)
+        return None if outcome.admitted else outcome.reason or None
 
     def wait(self, candidate: Candidate, reason: str) -> None:
         key = candidate.group.key
