@@ -46,13 +46,27 @@ _THIS_CYCLE = MemoKey[tuple[dict[str, tuple[PodGroupState, Signature]] | None]](
 def alike_key(ctx: CycleContext, group: PodGroupState) -> Hashable | None:
     """What an attempt for the waiting `group` reads of it (see the module), or None
     when placement has no signature for it."""
+    return _key(ctx, _this_cycle(ctx), group)
+
+
+def alike_keys(ctx: CycleContext) -> Callable[[PodGroupState], Hashable | None]:
+    """`alike_key` for the many gangs of one walk, the keys kept for the cycle
+    looked up once for the walk rather than once per gang."""
+    return functools.partial(_key, ctx, _this_cycle(ctx))
+
+
+def _key(
+    ctx: CycleContext,
+    keys: dict[str, tuple[PodGroupState, Signature]] | None,
+    group: PodGroupState,
+) -> Hashable | None:
+    """`alike_key`, with the keys kept for this cycle (`_this_cycle`) given."""
     tx = ctx.transaction
     if tx.placed_pending(group.key):
         return None  # placement's signature has none (a member placed this cycle)
     # Three actions ask of every waiting gang each cycle, and the next cycle asks
     # again: a key the state alone gave holds while what decides that path (no
     # inter-pod terms in play, no typed limit on the queue) does, so it is read once.
-    keys = _this_cycle(ctx)
     if keys is not None:
         found = keys.get(group.key)
         if found is not None and found[0] is group:
@@ -66,23 +80,6 @@ def alike_key(ctx: CycleContext, group: PodGroupState) -> Hashable | None:
     # Read afresh: inter-pod terms, per-GPU-type limits or devices claimed.
     placement = signature(tx, placeable(ctx, group))
     return None if placement is None else Signature((_job(group), placement))
-
-
-def alike_keys(ctx: CycleContext) -> Callable[[PodGroupState], Hashable | None]:
-    """`alike_key` for the many gangs of one walk: the keys kept for the cycle are
-    looked up at once, a gang whose key they hold answered without a call."""
-    keys = _this_cycle(ctx)
-    if keys is None:
-        return functools.partial(alike_key, ctx)
-    placed = ctx.transaction.placed_pending
-
-    def key_of(group: PodGroupState) -> Hashable | None:
-        found = keys.get(group.key)
-        if found is not None and found[0] is group and not placed(group.key):
-            return found[1]
-        return alike_key(ctx, group)
-
-    return key_of
 
 
 def _alone(tx: Transaction, group: PodGroupState) -> Signature | None:

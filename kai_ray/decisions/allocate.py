@@ -42,7 +42,7 @@ from kai_ray.decisions.ordering import (
     releasing_members,
     take_next,
 )
-from kai_ray.decisions.placement import place_extras, place_gang
+from kai_ray.decisions.placement import GangOutcome, place_extras, place_gang
 from kai_ray.decisions.placement.equivalence import KnownFailure
 from kai_ray.decisions.plan import GroupStatus
 from kai_ray.decisions.waiting import waiting_jobs
@@ -185,26 +185,30 @@ class _Allocation:
         answer that holds for its kind (refused at admission, or placement's known
         failure: what `minimums` keeps); None when it would fit or fail otherwise.
         Changes nothing: a placement found is rolled back, nothing is booked."""
-        refused = self.refusal_of(candidate)
+        refused, outcome = self.judged_now(candidate)
         if refused:
             return Waited(refused, None)
-        ctx = self.ctx
-        with ctx.transaction.attempt():
-            outcome = place_gang(ctx.transaction, placeable(ctx, candidate.group), ctx.config)
-        if outcome.admitted or not outcome.reason or outcome.known is None:
+        if outcome is None or outcome.admitted or not outcome.reason or outcome.known is None:
             return None
         return Waited(None, outcome.known)
 
     def alone_waits(self, candidate: Candidate) -> str | None:
         """Why the job would wait now, as its turn's attempt would say (a refusal at
         admission, or placement's reason); None when it would fit. Changes nothing."""
+        refused, outcome = self.judged_now(candidate)
+        if refused or outcome is None:
+            return refused
+        return None if outcome.admitted else outcome.reason or None
+
+    def judged_now(self, candidate: Candidate) -> tuple[str | None, GangOutcome | None]:
+        """The job's refusal at admission, else how placing its minimum would go now
+        (rolled back: nothing changes)."""
         refused = self.refusal_of(candidate)
         if refused:
-            return refused
+            return refused, None
         ctx = self.ctx
         with ctx.transaction.attempt():
-            outcome = place_gang(ctx.transaction, placeable(ctx, candidate.group), ctx.config)
-        return None if outcome.admitted else outcome.reason or None
+            return None, place_gang(ctx.transaction, placeable(ctx, candidate.group), ctx.config)
 
     def wait(self, candidate: Candidate, reason: str) -> None:
         key = candidate.group.key

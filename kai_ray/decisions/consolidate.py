@@ -62,7 +62,6 @@ from kai_ray.decisions.transaction import Matrix, MemoKey, Transaction, held_vec
 from kai_ray.decisions.victims import Vector, newest_first
 from kai_ray.decisions.waiting import waiting_asks, waiting_candidates
 from kai_ray.state.groups import PodGroupState
-from kai_ray.state.pod_states import PodState
 from kai_ray.values.clock import unix_seconds
 from kai_ray.values.config import SchedulerConfigSpec, duration_seconds
 from kai_ray.values.resources import EPSILON, GPU, Resources
@@ -370,7 +369,9 @@ def could_pack(tx: Transaction, target: PodGroupState, moved: Sequence[PodGroupS
         np.add.at(free, gang.nodes, gang.rows)
     # the target's members as the least of its pending pods ask, resource by resource
     # (whichever of them placement completes its minimum with)
-    least = _least(tx, target.pending, len(target.missing))
+    snapshot = tx.snapshot
+    asked = [held_vector(snapshot, pod) for pod in target.pending]
+    least = _least(np.array(asked).reshape(len(asked), free.shape[1]), len(target.missing))
     if not could_pack_in_domains(tx, target, least, freed, free):
         return False
     sizes = np.vstack([least, *(gang.rows for gang in freed)])
@@ -405,19 +406,17 @@ def _freed(tx: Transaction, gang: PodGroupState) -> _Freed:
         rows = np.array([held_vector(snapshot, pod) for pod in gang.bound]).reshape(
             len(gang.bound), len(snapshot.resource_names)
         )
-        count = min(max(gang.spec.minMember - len(gang.succeeded), 0), len(gang.bound))
-        return _Freed(nodes, rows, _least(tx, gang.bound, count), _required_domains(tx, gang))
+        count = max(gang.spec.minMember - len(gang.succeeded), 0)
+        return _Freed(nodes, rows, _least(rows, count), _required_domains(tx, gang))
 
     return tx.memo.get(FREED, gang.key, build)
 
 
-def _least(tx: Transaction, pods: Sequence[PodState], count: int) -> Matrix:
-    """What any `count` of `pods` ask at the least, resource by resource: the
-    `count` smallest of each column (a row per pod, not a pod's own row)."""
-    if not count or not pods:
-        return np.zeros((0, len(tx.snapshot.resource_names)))
-    rows = np.sort(np.array([held_vector(tx.snapshot, pod) for pod in pods]), axis=0)
-    return rows[:count]
+def _least(rows: Matrix, count: int) -> Matrix:
+    """What any `count` of the pods of `rows` (what each holds or asks, a row each)
+    ask at the least, resource by resource: the `count` smallest of each column
+    (at most as many as there are pods; a row is not a pod's own row)."""
+    return np.sort(rows, axis=0)[:count]
 
 
 #: Assignments of gangs to domains tried by `could_pack_in_domains` before it

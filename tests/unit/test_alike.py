@@ -12,7 +12,8 @@ from collections.abc import Hashable
 
 import pytest
 
-from kai_ray.decisions.alike import alike_key
+from kai_ray.decisions import allocate
+from kai_ray.decisions.alike import alike_key, alike_keys
 from kai_ray.decisions.context import ActionRegistry, CycleContext
 from kai_ray.decisions.cycle import run_cycle
 from kai_ray.decisions.kept import KeptPerGroup
@@ -34,7 +35,10 @@ class _Probe:
         self.keys: dict[str, Hashable | None] = {}
 
     def run(self, ctx: CycleContext) -> None:
+        key_of = alike_keys(ctx)  # made before any key is kept this cycle
         self.keys = {g.key: alike_key(ctx, g) for g in ctx.snapshot.waiting_groups}
+        # the walks' look-up gives the very keys, kept or not
+        assert {g.key: key_of(g) for g in ctx.snapshot.waiting_groups} == self.keys
 
 
 def _gang(
@@ -119,3 +123,36 @@ def test_interned_values_start_afresh_past_their_bound(monkeypatch: pytest.Monke
     fresh = made("key 1")
     assert kept.get(slot, None, groups["default/b"], lambda: fresh, intern=True) is fresh
     assert kept.get(slot, None, groups["default/b"], lambda: made("x"), intern=True) is fresh
+
+
+def test_a_gang_of_no_kind_behind_a_deep_backlog_waits_as_its_turn_would_say(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Twelve alike gangs that do not fit, then one with subgroups (no kind): once
+    the walk has met enough repeats the rest of the backlog is stated at once, the
+    gang of no kind judged on its own, out of turn, with the very reasons the walk
+    in turn gives every gang."""
+    cache = ClusterCache(SCHEDULER)
+    cache.upsert(make_queue("team-a").build(), QUEUE)
+    cache.upsert(make_node("n0").gpus(8).build(), NODE)
+    for i in range(12):
+        _gang(cache, f"a{i:02}")
+    _gang(cache, "with-subgroups", gpus=4, size=3, subgroup=True)
+    config = SchedulerConfig.model_validate({"spec": {"actions": ["allocate"]}})
+    judged: list[str] = []
+    alone = allocate._Allocation.alone_waits
+
+    def spied(allocation: allocate._Allocation, candidate: allocate.Candidate) -> str | None:
+        judged.append(candidate.group.key)
+        return alone(allocation, candidate)
+
+    def statuses() -> dict[str, tuple[bool, str]]:
+        plan = run_cycle(cache.snapshot(), config, 1, 0.0).plan
+        return {s.group: (s.admitted, s.reason) for s in plan.statuses}
+
+    monkeypatch.setattr(allocate._Allocation, "alone_waits", spied)
+    stated = statuses()
+    assert judged == ["default/with-subgroups"]
+    assert not stated["default/with-subgroups"][0] and stated["default/with-subgroups"][1]
+    monkeypatch.setattr(allocate._Allocation, "rest_wait", lambda *_: False)
+    assert statuses() == stated
