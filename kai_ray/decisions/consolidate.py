@@ -51,7 +51,6 @@ from kai_ray.decisions.alike import alike_keys
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.eviction import NodeDomains, domain_could_hold, gang_domains
-from kai_ray.decisions.kept import kept_per_group
 from kai_ray.decisions.ordering import group_priority, job_key
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.placement.equivalence import signature
@@ -165,7 +164,7 @@ def _consolidation(ctx: CycleContext, group: PodGroupState) -> list[PodGroupStat
         tx.rollback(mark)
         return None  # it fits as things are: not a matter of fragmentation
     movable = movable_gangs(ctx, group)
-    bound = min(ctx.config.consolidationMaxJobs, len(movable))
+    bound = len(movable)
     if domains is not None:
         freed = [pod for gang in movable[:bound] for pod in gang.bound]
         if not domain_could_hold(tx, view, domains, freed):
@@ -218,14 +217,16 @@ def summed_free(tx: Transaction) -> Vector:
     return free
 
 
-#: Per (transaction version, evictions planned): the movable gangs in order, and their keys.
+#: Per (transaction version, evictions planned): the first movable gangs in order
+#: (`_movable_gangs`), and every movable gang's key.
 MOVABLE = MemoKey[tuple[list[PodGroupState], frozenset[str]]]("movable gangs")
 #: Per cycle: the earliest end of a `consolidationMinRuntime` protection (None: none).
 PROTECTED_UNTIL = MemoKey[float | None]("consolidation protection ends")
 
 
 def movable_gangs(ctx: CycleContext, target: PodGroupState) -> list[PodGroupState]:
-    """Running preemptible gangs this cycle has not touched, emptiest nodes first.
+    """The first movable gangs in order (as many as a move may take): running
+    preemptible gangs this cycle has not touched, emptiest nodes first.
 
     What they are depends only on the transaction's state and the plan's evictions,
     so the list is worked out once per (version, evictions) and shared by every
@@ -233,9 +234,10 @@ def movable_gangs(ctx: CycleContext, target: PodGroupState) -> list[PodGroupStat
     back to the same version): without this, a backlog of waiting gangs would
     each walk every group of the cluster."""
     gangs, keys = _movable_memo(ctx)
+    bound = ctx.config.consolidationMaxJobs
     if target.key in keys:
-        return [gang for gang in gangs if gang.key != target.key]
-    return gangs
+        return [gang for gang in gangs if gang.key != target.key][:bound]
+    return gangs[:bound]
 
 
 def _movable_memo(ctx: CycleContext) -> tuple[list[PodGroupState], frozenset[str]]:
@@ -244,48 +246,94 @@ def _movable_memo(ctx: CycleContext) -> tuple[list[PodGroupState], frozenset[str
 
 
 def _movable_gangs(ctx: CycleContext) -> tuple[list[PodGroupState], frozenset[str]]:
+    """The first `consolidationMaxJobs` + 1 movable gangs in order (one more, in
+    case the gang judged is among them), and the keys of every movable gang."""
     evicted = {evict.pod for evict in ctx.plan.evictions}
     touched = evicted | set(ctx.transaction.placed) | set(ctx.transaction.removed)
     groups, ours = ctx.snapshot.pod_groups, ctx.config.schedulerName
+    minimum = duration_seconds(ctx.config.consolidationMinRuntime)
     # Only the groups that may be moved at all are looked at (followed from cycle
-    # to cycle), in any order: the order below is total (a group's key is its own),
-    # and `_protected` keeps the earliest end, whatever the order it is asked in.
+    # to cycle, with what is read of each), in any order: the order below is total
+    # (a group's key is its own), and the earliest protection's end is kept
+    # whatever the order it is met in.
     movers = kept_members(ctx.transaction.memo, MOVERS, groups, _mover)
-    gangs = [
-        group
-        for key, scheduler in movers.items()
-        if scheduler == ours
-        and _untouched(group := groups[key], touched)
-        and not _protected(ctx, group)
-    ]
+    gangs, earliest = list[PodGroupState](), None
+    for key, mover in movers.items():
+        if mover.scheduler != ours or not touched.isdisjoint(mover.pods):
+            continue
+        if minimum > 0 and mover.started is not None and mover.started + minimum > ctx.now:
+            end = mover.started + minimum  # protected: its minimum started too recently
+            earliest = end if earliest is None else min(earliest, end)
+            continue
+        gangs.append(groups[key])
+    if earliest is not None:
+        kept = ctx.transaction.memo.find(PROTECTED_UNTIL, None)
+        ctx.transaction.memo.keep(
+            PROTECTED_UNTIL, None, earliest if kept is None else min(kept, earliest)
+        )
+    first = first_movable(ctx, gangs, ctx.config.consolidationMaxJobs + 1)
+    return first, frozenset(gang.key for gang in gangs)
+
+
+def first_movable(
+    ctx: CycleContext, gangs: Sequence[PodGroupState], count: int
+) -> list[PodGroupState]:
+    """The first `count` of `gangs` (each with a pod bound) in the movable order:
+    the most free GPUs on a node a gang sits on first, then the fewest GPUs
+    bound, then the newest (`movable_order`). The first two keys are worked out
+    for every gang at once, in arrays; only the gangs among the first `count` by
+    them, and those tied with the last of those, are sorted by the whole key
+    (the same gangs in the same order as sorting every gang)."""
+    if not gangs:
+        return []
     free_gpus = ctx.transaction.free[:, ctx.snapshot.column(GPU)]
-
-    def order(gang: PodGroupState) -> tuple[object, ...]:
-        nodes = [ctx.snapshot.node_index[pod.node or ""] for pod in gang.bound]
-        among_equals = newest_first(gang.creation_timestamp, gang.key)
-        return (-float(free_gpus[nodes].max()), gang.bound_requests[GPU], *among_equals)
-
-    ordered = sorted(gangs, key=order)
-    return ordered, frozenset(gang.key for gang in ordered)
-
-
-#: When `consolidationMinRuntime` stops protecting a group (kept from cycle to cycle
-#: per group state and settings: `totals.KeptPerGroup`).
-PROTECTION_END = MemoKey[float | None]("protected until")
-#: Per group: the scheduler whose consolidation may move it (`_mover`), followed from
-#: cycle to cycle (`totals.kept_members`).
-MOVERS = MemoKey[Tally[str]]("groups that may be moved, by scheduler")
+    index = ctx.snapshot.node_index
+    nodes = [index[pod.node or ""] for gang in gangs for pod in gang.bound]
+    starts = np.cumsum([0, *(len(gang.bound) for gang in gangs[:-1])])
+    emptiest = np.maximum.reduceat(free_gpus[nodes], starts)
+    gpus = np.array([gang.bound_requests[GPU] for gang in gangs], dtype=np.float64)
+    ranked = np.lexsort((gpus, -emptiest))
+    chosen = ranked[:count]
+    if len(ranked) > count:
+        last = ranked[count - 1]
+        rest = ranked[count:]
+        tied = rest[(emptiest[rest] == emptiest[last]) & (gpus[rest] == gpus[last])]
+        chosen = np.concatenate([chosen, tied])
+    key = lambda i: movable_order(gangs[i], float(emptiest[i]))  # noqa: E731
+    return [gangs[i] for i in sorted(chosen.tolist(), key=key)[:count]]
 
 
-def _untouched(group: PodGroupState, touched: set[str]) -> bool:
-    return not any(pod.key in touched for pod in group.live_pods())
+def movable_order(gang: PodGroupState, emptiest: float) -> tuple[object, ...]:
+    """A movable gang's place in the order, `emptiest` the most free GPUs on a node
+    it sits on."""
+    among_equals = newest_first(gang.creation_timestamp, gang.key)
+    return (-emptiest, gang.bound_requests[GPU], *among_equals)
 
 
-def _mover(group: PodGroupState) -> str | None:
-    """The scheduler that may move the group, reading it alone: its live pods all
-    name that scheduler, each is made again by a controller (a move evicts the pods
-    for their controller to create again; a bare pod has none), the group is seen
-    whole, at its minimum, and preemptible. None: no scheduler may."""
+@dataclass(frozen=True, eq=False)
+class _Mover:
+    """What the movable gangs read of a group that may be moved, from the group alone."""
+
+    #: The scheduler whose consolidation may move it.
+    scheduler: str
+    #: When its minimum started (`runtime.started_at`, Unix seconds; None: unknown),
+    #: which `consolidationMinRuntime` counts from.
+    started: float | None
+    #: Its live pods' keys (a gang this cycle placed or evicted a pod of is not moved).
+    pods: frozenset[str]
+
+
+#: Per group: what the movable gangs read of it when it may be moved (`_mover`),
+#: followed from cycle to cycle (`totals.kept_members`).
+MOVERS = MemoKey[Tally[_Mover]]("groups that may be moved")
+
+
+def _mover(group: PodGroupState) -> _Mover | None:
+    """What the movable gangs read of the group, reading it alone, when some
+    scheduler may move it: its live pods all name that scheduler, each is made
+    again by a controller (a move evicts the pods for their controller to create
+    again; a bare pod has none), the group is seen whole, at its minimum, and
+    preemptible. None: no scheduler may."""
     bound = group.bound
     live = group.live_pods()
     schedulers = {pod.scheduler for pod in live}
@@ -294,29 +342,8 @@ def _mover(group: PodGroupState) -> str | None:
     whole = len(bound) >= max(group.spec.minMember, 1)
     if not (group.seen_whole and whole and is_preemptible(group, group_priority(group))):
         return None
-    return schedulers.pop()
-
-
-def _protection_end(ctx: CycleContext, group: PodGroupState) -> float | None:
-    """When `consolidationMinRuntime` stops protecting the gang; None when it does not."""
-    minimum = duration_seconds(ctx.config.consolidationMinRuntime)
     started = unix_seconds(started_at(group))
-    if minimum <= 0 or started is None:
-        return None
-    return started + minimum
-
-
-def _protected(ctx: CycleContext, group: PodGroupState) -> bool:
-    build = lambda: _protection_end(ctx, group)  # noqa: E731
-    minimum = ctx.config.consolidationMinRuntime
-    end = kept_per_group(ctx.transaction.memo, PROTECTION_END, minimum, group, build)
-    if end is None or end <= ctx.now:
-        return False
-    earliest = ctx.transaction.memo.find(PROTECTED_UNTIL, None)
-    ctx.transaction.memo.keep(
-        PROTECTED_UNTIL, None, end if earliest is None else min(earliest, end)
-    )
-    return True
+    return _Mover(schedulers.pop(), started, frozenset(pod.key for pod in live))
 
 
 def _wake_when_protection_ends(ctx: CycleContext) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -19,7 +18,7 @@ from hypothesis import strategies as st
 
 from kai_ray.decisions.admission import is_preemptible
 from kai_ray.decisions.booking import held_ledger
-from kai_ray.decisions.consolidate import MOVERS, PROTECTION_END, _mover, _protection_end
+from kai_ray.decisions.consolidate import MOVERS, _mover
 from kai_ray.decisions.cycle import run_cycle
 from kai_ray.decisions.eviction import GIVERS, RELEASING, VICTIM_UNITS, _giver, _holds_releasing
 from kai_ray.decisions.kept import KeptPerGroup
@@ -40,6 +39,7 @@ from kai_ray.decisions.victims import victim_units
 from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, ClusterCache
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.snapshot import Snapshot
+from kai_ray.values.clock import unix_seconds
 from kai_ray.values.config import SchedulerConfig
 from kai_ray.values.resources import Resources
 from tests.builders import make_node, make_pod, make_pod_group, make_queue
@@ -215,7 +215,6 @@ def test_victim_units_kept_across_cycles_are_those_their_group_is_cut_into(
     kept = GroupTotals()
     actions = {"spec": {"actions": ["allocate", "reclaim", "preempt", "consolidate"]}}
     config = SchedulerConfig.model_validate(actions)
-    context: Any = SimpleNamespace(config=config.spec)  # what the facts read of a cycle
     for cycle, step in enumerate(steps, start=1):
         apply(cache, clock, step)
         snapshot = cache.snapshot()
@@ -226,12 +225,14 @@ def test_victim_units_kept_across_cycles_are_those_their_group_is_cut_into(
         for key, group, units in kept.per_group.entries(VICTIM_UNITS):
             assert snapshot.pod_groups.get(key) is group, key
             assert units == victim_units(group, group_priority(group), started_at(group))
-        for key, group, end in kept.per_group.entries(PROTECTION_END):
-            assert snapshot.pod_groups.get(key) is group, key
-            assert end == _protection_end(context, group)
         movers = kept.tallies.get(MOVERS, snapshot.pod_groups, _mover).members
-        assert dict(movers) == {
-            key: group.live[0].scheduler
+        read = {key: (mover.scheduler, mover.started, mover.pods) for key, mover in movers.items()}
+        assert read == {
+            key: (
+                group.live[0].scheduler,
+                unix_seconds(started_at(group)),
+                frozenset(pod.key for pod in group.live),
+            )
             for key, group in snapshot.pod_groups.items()
             if may_be_moved(group)
         }
