@@ -32,14 +32,15 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from kai_ray.decisions.admission import Freed, freed_in_queues, is_preemptible, refusal
-from kai_ray.decisions.alike import alike_key
+from kai_ray.decisions.alike import alike_keys
 from kai_ray.decisions.booking import book
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.fairness import quota_of
@@ -56,7 +57,7 @@ from kai_ray.decisions.placement.filters import static_mask
 from kai_ray.decisions.plan import Evict
 from kai_ray.decisions.runtime import Protection, started_at
 from kai_ray.decisions.totals import Tally, kept_members, kept_tally
-from kai_ray.decisions.transaction import MemoKey, Transaction, held_vector
+from kai_ray.decisions.transaction import Matrix, MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import (
     Budget,
     FoundOptions,
@@ -169,7 +170,9 @@ def no_domain_could_hold(
     freed = [pod for unit in alone for pod in unit.pods]
     if not domain_could_hold(tx, group, domains, freed):
         return True
-    return not domain_could_hold_in_total(tx, group, domains, alone, budget)
+    if not domain_could_hold_in_total(tx, group, domains, alone, budget):
+        return True
+    return not domain_could_be_freed(tx, group, domains, alone, budget)
 
 
 #: Per list of units: one unit of each (leaf queue, requests) among them, and each
@@ -285,6 +288,158 @@ def domain_could_hold_in_total(
     asks = np.sort(np.array([held_vector(snapshot, pod) for pod in group.pending]), axis=0)
     need = asks[: len(group.missing)].sum(axis=0)
     return bool(np.any(np.all(room >= need - EPSILON, axis=1)))
+
+
+def domain_could_be_freed(
+    tx: Transaction,
+    group: PodGroupState,
+    domains: NodeDomains,
+    alone: Sequence[VictimUnit],
+    budget: Budget,
+) -> bool:
+    """`nodes_could_be_freed` on the cluster's figures: the gang's missing members
+    as the least of its pending pods asks (`domain_could_hold`'s count), on nodes
+    some of them may use; the units each victim leaf queue may give at all
+    (`alone`), within what one take of the budget lets it give
+    (`Budget.most_taken`)."""
+    snapshot = tx.snapshot
+    pending = group.pending
+    least = np.array([held_vector(snapshot, pod) for pod in pending]).min(axis=0)
+    allowed = np.logical_or.reduce([static_mask(tx, pod) for pod in pending])
+    bounds: dict[str, dict[str, float]] = {}
+    for leaf in {unit.queue for unit in alone}:
+        bounds[leaf] = dict(budget.most_taken(leaf))
+    index = snapshot.node_index
+    units = [
+        FreedUnit(
+            unit.queue,
+            tuple(unit.requests[r] for r in bounds[unit.queue]),
+            tuple((index[pod.node or ""], held_vector(snapshot, pod)) for pod in unit.pods),
+        )
+        for unit in alone
+    ]
+    caps = {leaf: tuple(most.values()) for leaf, most in bounds.items()}
+    free = np.maximum(tx.free, 0.0)
+    return nodes_could_be_freed(free, least, len(group.missing), domains, allowed, units, caps)
+
+
+@dataclass(frozen=True)
+class FreedUnit:
+    """A victim unit as `nodes_could_be_freed` reads it: its leaf queue, what it asks
+    of each resource its queue's cap bounds (in the cap's order), and each pod's
+    node and what the pod holds there."""
+
+    queue: str
+    cost: tuple[float, ...]
+    pods: tuple[tuple[int, Vector], ...]
+
+
+#: Sets of units `nodes_could_be_freed` tries before it answers that they could be.
+_UNIT_SETS = 4096
+
+
+class _TooMany(Exception):
+    """`nodes_could_be_freed` tried `_UNIT_SETS` sets."""
+
+
+def nodes_could_be_freed(
+    free: Matrix,
+    least: Vector,
+    count: int,
+    domains: NodeDomains,
+    allowed: npt.NDArray[np.bool_],
+    units: Sequence[FreedUnit],
+    caps: Mapping[str, Sequence[float]],
+) -> bool:
+    """Whether some domain (`domains`: each node's, -1: in none) has `count` nodes,
+    each allowed and able to take one item asking `least` once the units it needs
+    are gone, where those units, taken together, cost each queue no more than its
+    cap (`caps`, per resource bounded; a unit's `cost`). A node needs a unit when,
+    every other unit's pods there gone (`free` is each node's room now), it still
+    cannot take one item. Judged only when no node could take two items with
+    every unit gone (else True), and True also once `_UNIT_SETS` sets of units
+    were tried.
+
+    A necessary condition for placing `count` items, each asking at least `least`,
+    inside one domain, each on a node where it fits, once some set of units
+    within the caps is gone: no node takes two, so the items need `count` nodes
+    of one domain; each of those needs its needed units gone (less room freed
+    is never more room); so the set holds all their units and costs each queue
+    at least what they do together. Where this is false, no victim set a search
+    tries (each within one take of a fresh budget) lets the gang fit: a
+    rack-held gang whose racks each need victims of one queue beyond what it
+    may give."""
+    room = free.copy()
+    on_node: dict[int, dict[int, Vector]] = {}
+    for number, unit in enumerate(units):
+        for node, held in unit.pods:
+            room[node] += held
+            there = on_node.setdefault(node, {})
+            there[number] = there.get(number, 0.0) + held
+    fits = np.where(allowed & (domains >= 0), pods_fitting(room, least), 0)
+    if fits.max(initial=0) > 1:
+        return True
+    try:
+        for domain in np.unique(domains[fits > 0]).tolist():
+            nodes = np.flatnonzero((domains == domain) & (fits > 0)).tolist()
+            if len(nodes) < count:
+                continue
+            needs = Counter(
+                frozenset(
+                    number
+                    for number, held in on_node.get(node, {}).items()
+                    if pods_fitting((room[node] - held)[None, :], least)[0] == 0
+                )
+                for node in nodes
+            )
+            if _could_free(needs, count, units, caps):
+                return True
+    except _TooMany:
+        return True
+    return False
+
+
+def _could_free(
+    needs: Counter[frozenset[int]],
+    count: int,
+    units: Sequence[FreedUnit],
+    caps: Mapping[str, Sequence[float]],
+) -> bool:
+    """Whether some union of the nodes' needed sets (`needs`: how many nodes need
+    each set) costs each queue no more than its cap while the nodes whose set it
+    holds number `count` or more. Searched set by set, a set adding nothing new
+    skipped (its nodes are counted already), a union over a cap not grown."""
+    sets = sorted(needs, key=sorted)
+    tried = 0
+
+    def grow(start: int, chosen: frozenset[int], spent: dict[str, list[float]]) -> bool:
+        nonlocal tried
+        tried += 1
+        if tried > _UNIT_SETS:
+            raise _TooMany
+        if sum(many for needed, many in needs.items() if needed <= chosen) >= count:
+            return True
+        for position in range(start, len(sets)):
+            added = sets[position] - chosen
+            if not added:
+                continue
+            grown = {queue: list(amounts) for queue, amounts in spent.items()}
+            for number in added:
+                unit = units[number]
+                amounts = grown.setdefault(unit.queue, [0.0] * len(unit.cost))
+                for i, cost in enumerate(unit.cost):
+                    amounts[i] += cost
+            if any(
+                amount > cap
+                for queue, amounts in grown.items()
+                for amount, cap in zip(amounts, caps.get(queue, ()), strict=False)
+            ):
+                continue
+            if grow(position + 1, chosen | added, grown):
+                return True
+        return False
+
+    return grow(0, frozenset(), {})
 
 
 def whole_gangs(chosen: Sequence[VictimUnit], units: Sequence[VictimUnit]) -> list[VictimUnit]:
@@ -494,8 +649,10 @@ class Refusals:
         judged: set[Hashable] = set()
         wakes: list[float | None] = []
         plan = ctx.plan
+        # The state does not move while the jobs are judged (a search that moved it raises).
+        key_of = refusal_keys(ctx)
         for candidate in jobs:
-            key = refusal_key(ctx, candidate)
+            key = key_of(candidate)
             if key is not None:
                 if key in self._known:
                     wakes.append(self._known[key])
@@ -565,10 +722,19 @@ def refusal_key(ctx: CycleContext, candidate: Candidate) -> Hashable | None:
     pods and their node filters): the gang's `alike.alike_key` (the candidates
     here ask for their gang's missing minimum at its priority, `candidate_for`).
     None for a job placement has no signature for."""
-    alike = alike_key(ctx, candidate.group)
-    if alike is None:
-        return None
-    return (ctx.transaction.version, ctx.ledger.version, alike)
+    return refusal_keys(ctx)(candidate)
+
+
+def refusal_keys(ctx: CycleContext) -> Callable[[Candidate], Hashable | None]:
+    """`refusal_key` for the many jobs of one walk while the state does not change:
+    the state and the cycle's kept keys (`alike.alike_keys`) read once."""
+    key_of, state = alike_keys(ctx), (ctx.transaction.version, ctx.ledger.version)
+
+    def key(candidate: Candidate) -> Hashable | None:
+        alike = key_of(candidate.group)
+        return None if alike is None else (*state, alike)
+
+    return key
 
 
 def running_units(

@@ -36,7 +36,9 @@ drawn from a small palette of shapes so that equivalent gangs abound):
 - `consolidate.total_free`, the free room added up once per transaction version
   (plain: added up for every waiting gang);
 - `consolidate.movable_gangs`, worked out once per transaction version and
-  evictions planned (plain: for every waiting gang), and `consolidate.NO_MOVE`:
+  evictions planned (plain: for every waiting gang), only the first of them
+  sorted whole (`consolidate.first_movable`; plain: every gang sorted), and
+  `consolidate.NO_MOVE`:
   a gang equivalent to one no move helped at the same state is not tried again
   (plain: every gang is tried); and `consolidate.domain_could_hold`: no move is
   tried for a gang that no domain of its required level (without one: the
@@ -58,7 +60,7 @@ must be equal field by field, statuses and reasons included.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -80,6 +82,7 @@ from kai_ray.state.groups import PodGroupState
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
 from kai_ray.values.clock import unix_seconds
 from kai_ray.values.config import SchedulerConfig
+from kai_ray.values.resources import GPU
 from tests.builders import (
     make_node,
     make_pod,
@@ -296,6 +299,18 @@ def _members_afresh(
     return {key: found for key, group in groups.items() if (found := value(group)) is not None}
 
 
+def _movable_sorted(ctx: Any, gangs: Sequence[PodGroupState], count: int) -> list[PodGroupState]:
+    """`consolidate.first_movable` as a sort of every gang by the whole order."""
+    free_gpus = ctx.transaction.free[:, ctx.snapshot.column(GPU)]
+    index = ctx.snapshot.node_index
+
+    def order(gang: PodGroupState) -> tuple[object, ...]:
+        emptiest = max(float(free_gpus[index[pod.node or ""]]) for pod in gang.bound)
+        return consolidate.movable_order(gang, emptiest)
+
+    return sorted(gangs, key=order)[:count]
+
+
 SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (gang_tree, "signature", lambda tx, group: None),
     (gang_tree, "carried_failure", lambda tx, key, group: None),
@@ -311,6 +326,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (WaitingJobs, "best_below", _walked_afresh),
     (WaitingJobs, "take_alike", lambda waiting, ledger, refused: []),
     (eviction, "refusal_key", lambda ctx, candidate: None),
+    (eviction, "refusal_keys", lambda ctx: lambda candidate: None),
     (eviction.Refusals, "judge", lambda refusals, ctx, jobs, attempt: None),
     (FairShareBudget, "refuses_every", lambda budget, units: False),
     (consolidate, "total_free", consolidate.summed_free),
@@ -318,6 +334,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (reclaim, "anyone_within_share", _always),
     (consolidate, "some_could_be_tried", _always),
     (consolidate, "_movable_memo", consolidate._movable_gangs),
+    (consolidate, "first_movable", _movable_sorted),
     (consolidate, "_attempt_key", lambda ctx, group: None),
     (consolidate, "alike_keys", lambda ctx: lambda group: None),
     (consolidate, "in_turn", _in_turn_sorted),
