@@ -39,7 +39,6 @@ fights spreading) and with `consolidationMaxJobs: 0`. Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
@@ -51,7 +50,7 @@ from kai_ray.decisions.alike import alike_keys
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.eviction import NodeDomains, domain_could_hold, gang_domains
-from kai_ray.decisions.ordering import group_priority, job_key
+from kai_ray.decisions.ordering import group_priority
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.placement.equivalence import signature
 from kai_ray.decisions.plan import Evict, GroupStatus, Nominate
@@ -59,7 +58,7 @@ from kai_ray.decisions.runtime import started_at
 from kai_ray.decisions.totals import Tally, kept_members
 from kai_ray.decisions.transaction import Matrix, MemoKey, Transaction, held_vector
 from kai_ray.decisions.victims import Vector, newest_first
-from kai_ray.decisions.waiting import waiting_asks, waiting_candidates
+from kai_ray.decisions.waiting import waiting_asks, waiting_in_turn
 from kai_ray.state.groups import PodGroupState
 from kai_ray.values.clock import unix_seconds
 from kai_ray.values.config import SchedulerConfigSpec, duration_seconds
@@ -97,10 +96,9 @@ class ConsolidateAction:
 
 def in_turn(ctx: CycleContext) -> list[PodGroupState]:
     """The waiting gangs (`ordering.waits`), higher priority first, then older: the
-    kept lists of each queue's candidates merged (`waiting.waiting_candidates`, in
+    kept lists of each queue's candidates merged (`waiting.waiting_in_turn`, in
     `ordering.job_key` order, which for a gang's missing minimum is exactly that)."""
-    by_queue = waiting_candidates(ctx.transaction).values()
-    return [candidate.group for candidate in heapq.merge(*by_queue, key=job_key)]
+    return waiting_in_turn(ctx.transaction)
 
 
 def consolidation_for(ctx: CycleContext, group: PodGroupState) -> list[PodGroupState] | None:

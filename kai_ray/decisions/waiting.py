@@ -125,37 +125,51 @@ class WaitingCandidates:
         self.seen = _Seen()
         self.by_queue: dict[str, list[Candidate]] = {}
 
+    @staticmethod
+    def list_of(group: PodGroupState) -> str:
+        """The list a group's candidate is kept in: its leaf queue's."""
+        return group.queue
+
     def follow(self, waiting: tuple[PodGroupState, ...]) -> None:
         came, went = self.seen.changes(waiting)
         if len(came) > AFRESH_FROM * len(waiting):
-            self.by_queue = _sorted(waiting)
+            self.by_queue = self._sorted(waiting)
             return
         if went:
             gone = {group.key for group in went}
-            for queue in {group.queue for group in went}:
-                jobs = self.by_queue.get(queue)
+            for name in {self.list_of(group) for group in went}:
+                jobs = self.by_queue.get(name)
                 if jobs is not None:
-                    self.by_queue[queue] = [c for c in jobs if c.group.key not in gone]
+                    self.by_queue[name] = [c for c in jobs if c.group.key not in gone]
         for group in came:
             if not releasing_members(group):
-                jobs = self.by_queue.setdefault(group.queue, [])
+                jobs = self.by_queue.setdefault(self.list_of(group), [])
                 bisect.insort(jobs, candidate_for(group), key=job_key)
-        for queue in [queue for queue, jobs in self.by_queue.items() if not jobs]:
-            del self.by_queue[queue]
+        for name in [name for name, jobs in self.by_queue.items() if not jobs]:
+            del self.by_queue[name]
+
+    def _sorted(self, groups: tuple[PodGroupState, ...]) -> dict[str, list[Candidate]]:
+        by_queue: dict[str, list[Candidate]] = {}
+        for group in groups:
+            if not releasing_members(group):
+                by_queue.setdefault(self.list_of(group), []).append(candidate_for(group))
+        for jobs in by_queue.values():
+            jobs.sort(key=job_key)
+        return by_queue
 
 
-def _sorted(groups: tuple[PodGroupState, ...]) -> dict[str, list[Candidate]]:
-    by_queue: dict[str, list[Candidate]] = {}
-    for group in groups:
-        if not releasing_members(group):
-            by_queue.setdefault(group.queue, []).append(candidate_for(group))
-    for jobs in by_queue.values():
-        jobs.sort(key=job_key)
-    return by_queue
+class WaitingInTurn(WaitingCandidates):
+    """`WaitingCandidates` of every queue in one list (under the key ""), best first:
+    what merging the queues' lists by `ordering.job_key` gives (a total order)."""
+
+    @staticmethod
+    def list_of(group: PodGroupState) -> str:
+        return ""
 
 
 ASKS = MemoKey[WaitingAsks]("what the waiting gangs ask")
 CANDIDATES = MemoKey[WaitingCandidates]("waiting candidates per queue")
+IN_TURN = MemoKey[WaitingInTurn]("waiting candidates in turn")
 
 
 def waiting_asks(tx: Transaction) -> tuple[Ask, ...]:
@@ -175,6 +189,17 @@ def waiting_candidates(tx: Transaction) -> Mapping[str, Sequence[Candidate]]:
         queue: [c for c in jobs if not tx.placed_pending(c.group.key)]
         for queue, jobs in by_queue.items()
     }
+
+
+def waiting_in_turn(tx: Transaction) -> list[PodGroupState]:
+    """The waiting groups of `waiting_candidates`, every queue's together, best first
+    (`ordering.job_key`): its lists merged, kept from cycle to cycle
+    (`WaitingInTurn`). A new list: the caller may keep it."""
+    waiting = tx.snapshot.waiting_groups
+    every = kept_for_waiting(tx.memo, IN_TURN, waiting, WaitingInTurn).by_queue.get("", [])
+    if not tx.placed:
+        return [candidate.group for candidate in every]
+    return [c.group for c in every if not tx.placed_pending(c.group.key)]
 
 
 def waiting_jobs(tx: Transaction) -> WaitingJobs:

@@ -6,13 +6,15 @@ same object."""
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kai_ray.decisions import waiting
-from kai_ray.decisions.waiting import WaitingAsks, WaitingCandidates, _sorted, ask_of
+from kai_ray.decisions.ordering import Candidate, candidate_for, job_key, releasing_members
+from kai_ray.decisions.waiting import WaitingAsks, WaitingCandidates, WaitingInTurn, ask_of
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
 from tests.builders import make_node, make_pod, make_pod_group, make_queue
@@ -97,7 +99,7 @@ def test_followed_candidates_and_asks_are_what_afresh_gives(
     kept = waiting.AFRESH_FROM
     waiting.AFRESH_FROM = afresh_from
     try:
-        candidates, asks = WaitingCandidates(), WaitingAsks()
+        candidates, in_turn, asks = WaitingCandidates(), WaitingInTurn(), WaitingAsks()
         current = dict(start)
         for step in [[], *edits]:
             for group, variant in step:
@@ -107,17 +109,32 @@ def test_followed_candidates_and_asks_are_what_afresh_gives(
                     current[group] = variant
             picks = list(current.items())
             order.shuffle(picks)
-            _check(candidates, asks, tuple(POOL[pick] for pick in picks))
+            _check(candidates, in_turn, asks, tuple(POOL[pick] for pick in picks))
     finally:
         waiting.AFRESH_FROM = kept
 
 
+def _sorted(backlog: tuple[PodGroupState, ...]) -> dict[str, list[Candidate]]:
+    """Each queue's candidates sorted afresh."""
+    by_queue: dict[str, list[Candidate]] = {}
+    for group in backlog:
+        if not releasing_members(group):
+            by_queue.setdefault(group.queue, []).append(candidate_for(group))
+    return {queue: sorted(jobs, key=job_key) for queue, jobs in by_queue.items()}
+
+
 def _check(
-    candidates: WaitingCandidates, asks: WaitingAsks, backlog: tuple[PodGroupState, ...]
+    candidates: WaitingCandidates,
+    in_turn: WaitingInTurn,
+    asks: WaitingAsks,
+    backlog: tuple[PodGroupState, ...],
 ) -> None:
     candidates.follow(backlog)
+    in_turn.follow(backlog)
     asks.follow(backlog)
     fresh = _sorted(backlog)
+    merged = list(heapq.merge(*fresh.values(), key=job_key))
+    assert in_turn.by_queue.get("", []) == merged
     assert {q: [c.group for c in jobs] for q, jobs in candidates.by_queue.items()} == {
         q: [c.group for c in jobs] for q, jobs in fresh.items()
     }
