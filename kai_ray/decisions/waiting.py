@@ -119,57 +119,46 @@ class WaitingCandidates:
     """Per leaf queue, the candidates of the waiting groups none of whose bound
     members is being deleted (`ordering.releasing_members`), best first
     (`ordering.job_key`, a total order: the lists are what sorting them afresh
-    gives, however they were followed)."""
+    gives, however they were followed); and every queue's in one list, best
+    first (`in_turn`: what merging the queues' lists gives)."""
 
     def __init__(self) -> None:
         self.seen = _Seen()
         self.by_queue: dict[str, list[Candidate]] = {}
-
-    @staticmethod
-    def list_of(group: PodGroupState) -> str:
-        """The list a group's candidate is kept in: its leaf queue's."""
-        return group.queue
+        self.in_turn: list[Candidate] = []
 
     def follow(self, waiting: tuple[PodGroupState, ...]) -> None:
         came, went = self.seen.changes(waiting)
         if len(came) > AFRESH_FROM * len(waiting):
-            self.by_queue = self._sorted(waiting)
+            self._afresh(waiting)
             return
         if went:
             gone = {group.key for group in went}
-            for name in {self.list_of(group) for group in went}:
-                jobs = self.by_queue.get(name)
+            for queue in {group.queue for group in went}:
+                jobs = self.by_queue.get(queue)
                 if jobs is not None:
-                    self.by_queue[name] = [c for c in jobs if c.group.key not in gone]
+                    self.by_queue[queue] = [c for c in jobs if c.group.key not in gone]
+            self.in_turn = [c for c in self.in_turn if c.group.key not in gone]
         for group in came:
             if not releasing_members(group):
-                jobs = self.by_queue.setdefault(self.list_of(group), [])
-                bisect.insort(jobs, candidate_for(group), key=job_key)
-        for name in [name for name, jobs in self.by_queue.items() if not jobs]:
-            del self.by_queue[name]
+                candidate = candidate_for(group)
+                jobs = self.by_queue.setdefault(group.queue, [])
+                bisect.insort(jobs, candidate, key=job_key)
+                bisect.insort(self.in_turn, candidate, key=job_key)
+        for queue in [queue for queue, jobs in self.by_queue.items() if not jobs]:
+            del self.by_queue[queue]
 
-    def _sorted(self, groups: tuple[PodGroupState, ...]) -> dict[str, list[Candidate]]:
-        by_queue: dict[str, list[Candidate]] = {}
-        for group in groups:
-            if not releasing_members(group):
-                by_queue.setdefault(self.list_of(group), []).append(candidate_for(group))
-        for jobs in by_queue.values():
-            jobs.sort(key=job_key)
-        return by_queue
-
-
-class WaitingInTurn(WaitingCandidates):
-    """`WaitingCandidates` of every queue in one list (under the key ""), best first:
-    what merging the queues' lists by `ordering.job_key` gives (a total order)."""
-
-    @staticmethod
-    def list_of(group: PodGroupState) -> str:
-        return ""
+    def _afresh(self, groups: tuple[PodGroupState, ...]) -> None:
+        every = [candidate_for(group) for group in groups if not releasing_members(group)]
+        every.sort(key=job_key)
+        self.in_turn = every
+        self.by_queue = {}
+        for candidate in every:
+            self.by_queue.setdefault(candidate.queue, []).append(candidate)
 
 
 ASKS = MemoKey[WaitingAsks]("what the waiting gangs ask")
 CANDIDATES = MemoKey[WaitingCandidates]("waiting candidates per queue")
-IN_TURN = MemoKey[WaitingInTurn]("waiting candidates in turn")
 
 
 def waiting_asks(tx: Transaction) -> tuple[Ask, ...]:
@@ -193,10 +182,10 @@ def waiting_candidates(tx: Transaction) -> Mapping[str, Sequence[Candidate]]:
 
 def waiting_in_turn(tx: Transaction) -> list[PodGroupState]:
     """The waiting groups of `waiting_candidates`, every queue's together, best first
-    (`ordering.job_key`): its lists merged, kept from cycle to cycle
-    (`WaitingInTurn`). A new list: the caller may keep it."""
+    (`ordering.job_key`): its lists merged (`WaitingCandidates.in_turn`). A new
+    list: the caller may keep it."""
     waiting = tx.snapshot.waiting_groups
-    every = kept_for_waiting(tx.memo, IN_TURN, waiting, WaitingInTurn).by_queue.get("", [])
+    every = kept_for_waiting(tx.memo, CANDIDATES, waiting, WaitingCandidates).in_turn
     if not tx.placed:
         return [candidate.group for candidate in every]
     return [c.group for c in every if not tx.placed_pending(c.group.key)]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from kai_ray.decisions import waiting
 from kai_ray.decisions.ordering import Candidate, candidate_for, job_key, releasing_members
-from kai_ray.decisions.waiting import WaitingAsks, WaitingCandidates, WaitingInTurn, ask_of
+from kai_ray.decisions.waiting import WaitingAsks, WaitingCandidates, ask_of
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
 from tests.builders import make_node, make_pod, make_pod_group, make_queue
@@ -99,7 +99,7 @@ def test_followed_candidates_and_asks_are_what_afresh_gives(
     kept = waiting.AFRESH_FROM
     waiting.AFRESH_FROM = afresh_from
     try:
-        candidates, in_turn, asks = WaitingCandidates(), WaitingInTurn(), WaitingAsks()
+        candidates, asks = WaitingCandidates(), WaitingAsks()
         current = dict(start)
         for step in [[], *edits]:
             for group, variant in step:
@@ -109,7 +109,7 @@ def test_followed_candidates_and_asks_are_what_afresh_gives(
                     current[group] = variant
             picks = list(current.items())
             order.shuffle(picks)
-            _check(candidates, in_turn, asks, tuple(POOL[pick] for pick in picks))
+            _check(candidates, asks, tuple(POOL[pick] for pick in picks))
     finally:
         waiting.AFRESH_FROM = kept
 
@@ -124,17 +124,12 @@ def _sorted(backlog: tuple[PodGroupState, ...]) -> dict[str, list[Candidate]]:
 
 
 def _check(
-    candidates: WaitingCandidates,
-    in_turn: WaitingInTurn,
-    asks: WaitingAsks,
-    backlog: tuple[PodGroupState, ...],
+    candidates: WaitingCandidates, asks: WaitingAsks, backlog: tuple[PodGroupState, ...]
 ) -> None:
     candidates.follow(backlog)
-    in_turn.follow(backlog)
     asks.follow(backlog)
     fresh = _sorted(backlog)
-    merged = list(heapq.merge(*fresh.values(), key=job_key))
-    assert in_turn.by_queue.get("", []) == merged
+    assert candidates.in_turn == list(heapq.merge(*fresh.values(), key=job_key))
     assert {q: [c.group for c in jobs] for q, jobs in candidates.by_queue.items()} == {
         q: [c.group for c in jobs] for q, jobs in fresh.items()
     }
