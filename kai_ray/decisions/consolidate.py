@@ -82,16 +82,20 @@ class ConsolidateAction:
             # nothing would come of it either, and the failed attempt left no trace
             # that the first did not (its wake-up is asked again, a no-op). A gang
             # with a key has no member bound, so it is never among the movable.
+            # Only an attempt moves the state: `nothing` holds the kinds judged at
+            # the state as it is, and starts afresh when an attempt moved it.
             alike = key_of(group)
-            state = (tx.version, len(ctx.plan.evictions), ctx.ledger.version, alike)
-            if alike is not None and state in nothing:
+            if alike is not None and alike in nothing:
                 continue
+            before = (tx.version, len(ctx.plan.evictions), ctx.ledger.version)
             with tx.attempt() as step:
                 moved = consolidation_for(ctx, group)
                 if moved is not None and book(ctx, step) is None:
                     _adopt(ctx, group, moved)
+            if (tx.version, len(ctx.plan.evictions), ctx.ledger.version) != before:
+                nothing = set()
             if alike is not None and moved is None:
-                nothing.add(state)
+                nothing.add(alike)
 
 
 def in_turn(ctx: CycleContext) -> list[PodGroupState]:

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from kai_ray.decisions import consolidate
 from kai_ray.decisions.consolidate import CONSOLIDATION
 from kai_ray.decisions.cycle import CycleResult, run_cycle
-from kai_ray.decisions.plan import GroupStatus
+from kai_ray.decisions.plan import Evict, GroupStatus
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
 from kai_ray.values.clock import unix_seconds
 from kai_ray.values.config import SchedulerConfig
@@ -300,3 +301,32 @@ def test_when_every_movable_gang_is_protected_nothing_moves_and_a_cycle_comes_at
     )
     assert not result.plan.evictions
     assert result.plan.wake_at == unix_seconds(timestamp(3570 + 120))
+
+
+def test_a_kind_nothing_came_of_is_judged_again_once_an_attempt_moved_the_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The walk skips a gang alike to one nothing came of only while the state is the
+    one it was judged at: after an attempt that moved the state (here one that plans
+    an eviction), the next gang of that kind is judged again."""
+    judged: list[str] = []
+
+    def attempt(ctx: Any, group: Any) -> None:
+        judged.append(group.key.split("/")[-1])
+        if group.key.endswith("/x"):
+            ctx.plan.evictions.append(Evict("default/r1-0", "default/r1", CONSOLIDATION))
+        return None
+
+    monkeypatch.setattr(consolidate, "consolidation_for", attempt)
+    # Full nodes but 2 GPUs each: x (4 GPUs) fits the free room in total, so the
+    # action runs; k1, k2 and k3 are alike, x between k2 and k3 in turn.
+    gangs = [
+        Gang("r1", 6, ["n0"]),
+        Gang("r2", 6, ["n1"]),
+        Gang("k1", 8, [None]),
+        Gang("k2", 8, [None]),
+        Gang("x", 4, [None]),
+        Gang("k3", 8, [None]),
+    ]
+    run(Case(2, gangs))
+    assert judged == ["k1", "x", "k3"]
