@@ -172,6 +172,9 @@ def no_domain_could_hold(
         return True
     if not domain_could_hold_in_total(tx, group, domains, alone, budget):
         return True
+    constraint = group.spec.topologyConstraint
+    if constraint is None or constraint.requiredLevel is None:
+        return False  # the cluster is its one domain: nodes enough to free, mostly
     return not domain_could_be_freed(tx, group, domains, alone, budget)
 
 
@@ -306,6 +309,9 @@ def domain_could_be_freed(
     pending = group.pending
     least = np.array([held_vector(snapshot, pod) for pod in pending]).min(axis=0)
     allowed = np.logical_or.reduce([static_mask(tx, pod) for pod in pending])
+    free = np.maximum(tx.free, 0.0)
+    if _takes_as_is(free, least, len(group.missing), domains, allowed):
+        return True  # no unit need go: the units are not read
     bounds: dict[str, dict[str, float]] = {}
     for leaf in {unit.queue for unit in alone}:
         bounds[leaf] = dict(budget.most_taken(leaf))
@@ -319,7 +325,6 @@ def domain_could_be_freed(
         for unit in alone
     ]
     caps = {leaf: tuple(most.values()) for leaf, most in bounds.items()}
-    free = np.maximum(tx.free, 0.0)
     return nodes_could_be_freed(free, least, len(group.missing), domains, allowed, units, caps)
 
 
@@ -335,7 +340,7 @@ class FreedUnit:
 
 
 #: Sets of units `nodes_could_be_freed` tries before it answers that they could be.
-_UNIT_SETS = 4096
+_UNIT_SETS = 1024
 
 
 class _TooMany(Exception):
@@ -376,27 +381,48 @@ def nodes_could_be_freed(
             room[node] += held
             there = on_node.setdefault(node, {})
             there[number] = there.get(number, 0.0) + held
-    fits = np.where(allowed & (domains >= 0), pods_fitting(room, least), 0)
+    usable = allowed & (domains >= 0)
+    fits = np.where(usable, pods_fitting(room, least), 0)
     if fits.max(initial=0) > 1:
+        return True
+    if _takes_as_is(free, least, count, domains, allowed):
         return True
     try:
         for domain in np.unique(domains[fits > 0]).tolist():
             nodes = np.flatnonzero((domains == domain) & (fits > 0)).tolist()
-            if len(nodes) < count:
-                continue
-            needs = Counter(
-                frozenset(
-                    number
-                    for number, held in on_node.get(node, {}).items()
-                    if pods_fitting((room[node] - held)[None, :], least)[0] == 0
-                )
-                for node in nodes
-            )
-            if _could_free(needs, count, units, caps):
+            if len(nodes) >= count and _could_free(
+                _needs(nodes, on_node, room, least), count, units, caps
+            ):
                 return True
     except _TooMany:
         return True
     return False
+
+
+def _takes_as_is(
+    free: Matrix, least: Vector, count: int, domains: NodeDomains, allowed: npt.NDArray[np.bool_]
+) -> bool:
+    """Whether some domain has `count` allowed nodes that take an item asking `least`
+    as they are (no unit need go)."""
+    as_is = allowed & (domains >= 0) & (pods_fitting(free, least) > 0)
+    return bool(np.bincount(domains[as_is], minlength=1).max() >= count)
+
+
+def _needs(
+    nodes: Sequence[int], on_node: Mapping[int, Mapping[int, Vector]], room: Matrix, least: Vector
+) -> Counter[frozenset[int]]:
+    """How many of `nodes` need each set of units: those without which (every other
+    unit's pods there gone, `room`) a node cannot take one item asking `least`."""
+    pairs = [(node, number) for node in nodes for number in on_node.get(node, {})]
+    needed = set[tuple[int, int]]()
+    if pairs:
+        rows = np.array([room[node] - on_node[node][number] for node, number in pairs])
+        without = pods_fitting(rows, least) == 0
+        needed = {pair for pair, need in zip(pairs, without.tolist(), strict=True) if need}
+    return Counter(
+        frozenset(number for number in on_node.get(node, {}) if (node, number) in needed)
+        for node in nodes
+    )
 
 
 def _could_free(
@@ -410,6 +436,16 @@ def _could_free(
     holds number `count` or more. Searched set by set, a set adding nothing new
     skipped (its nodes are counted already), a union over a cap not grown."""
     sets = sorted(needs, key=sorted)
+    # The units of the sets from each position on: a union grown from there holds
+    # no more than those and the chosen ones, so it counts no more nodes than
+    # the sets inside that.
+    later = [frozenset[int]()] * (len(sets) + 1)
+    for position in range(len(sets) - 1, -1, -1):
+        later[position] = later[position + 1] | sets[position]
+
+    def counted(union: frozenset[int]) -> int:
+        return sum(many for needed, many in needs.items() if needed <= union)
+
     tried = 0
 
     def grow(start: int, chosen: frozenset[int], spent: dict[str, list[float]]) -> bool:
@@ -417,8 +453,10 @@ def _could_free(
         tried += 1
         if tried > _UNIT_SETS:
             raise _TooMany
-        if sum(many for needed, many in needs.items() if needed <= chosen) >= count:
+        if counted(chosen) >= count:
             return True
+        if counted(chosen | later[start]) < count:
+            return False  # no union grown from here makes up the count
         for position in range(start, len(sets)):
             added = sets[position] - chosen
             if not added:
