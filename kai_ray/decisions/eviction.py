@@ -238,13 +238,19 @@ def domain_could_hold(
     index = tx.snapshot.node_index
     for pod in freed:
         free[index[pod.node or ""]] += held_vector(tx.snapshot, pod)
-    pending = group.pending
-    smallest = np.array([held_vector(tx.snapshot, pod) for pod in pending]).min(axis=0)
-    allowed = np.logical_or.reduce([static_mask(tx, pod) for pod in pending])
+    smallest, allowed = _least_pending(tx, group)
     fits = np.where(allowed, pods_fitting(free, smallest), 0)
     inside = domains >= 0
     per_domain = np.bincount(domains[inside], weights=fits[inside])
     return bool(per_domain.max(initial=0) >= len(group.missing))
+
+
+def _least_pending(tx: Transaction, group: PodGroupState) -> tuple[Vector, npt.NDArray[np.bool_]]:
+    """The least any pending pod of the group asks, resource by resource, and the
+    nodes some of them may use (their static filters)."""
+    pending = group.pending
+    least = np.array([held_vector(tx.snapshot, pod) for pod in pending]).min(axis=0)
+    return least, np.logical_or.reduce([static_mask(tx, pod) for pod in pending])
 
 
 def domain_could_hold_in_total(
@@ -306,9 +312,7 @@ def domain_could_be_freed(
     (`alone`), within what one take of the budget lets it give
     (`Budget.most_taken`)."""
     snapshot = tx.snapshot
-    pending = group.pending
-    least = np.array([held_vector(snapshot, pod) for pod in pending]).min(axis=0)
-    allowed = np.logical_or.reduce([static_mask(tx, pod) for pod in pending])
+    least, allowed = _least_pending(tx, group)
     free = np.maximum(tx.free, 0.0)
     if _takes_as_is(free, least, len(group.missing), domains, allowed):
         return True  # no unit need go: the units are not read
