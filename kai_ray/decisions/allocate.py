@@ -35,6 +35,7 @@ from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.alike import alike_keys
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
+from kai_ray.decisions.kept import PER_GROUP
 from kai_ray.decisions.ordering import (
     Candidate,
     WaitingJobs,
@@ -43,8 +44,10 @@ from kai_ray.decisions.ordering import (
     take_next,
 )
 from kai_ray.decisions.placement import GangOutcome, place_extras, place_gang
-from kai_ray.decisions.placement.equivalence import KnownFailure
+from kai_ray.decisions.placement.equivalence import KnownFailure, known_failure, signature
+from kai_ray.decisions.placement.reasons import Code
 from kai_ray.decisions.plan import GroupStatus
+from kai_ray.decisions.transaction import MemoKey
 from kai_ray.decisions.waiting import waiting_jobs
 from kai_ray.state.groups import PodGroupState
 
@@ -60,6 +63,9 @@ class Waited:
         """The reason as `group` waits: the refusal, else the failure rendered for its pods."""
         return self.refused or (self.failure.reason_for(group) if self.failure else None)
 
+
+#: By group key: the waiting status last stated of the group, with the group's state.
+WAITING_STATUSES = MemoKey[GroupStatus]("waiting statuses stated")
 
 #: Jobs answered by their kind's known answer at one state before the kinds left
 #: are judged at once (`_Allocation.rest_wait`): the walk has then met a run of
@@ -80,6 +86,10 @@ class _Allocation:
     def __init__(self, ctx: CycleContext) -> None:
         self.ctx = ctx
         self.debug = ctx.log.isEnabledFor(logging.DEBUG)
+        #: The waiting statuses stated last, kept from cycle to cycle with the groups
+        #: (`KeptPerGroup.flat`; None when the caller keeps nothing).
+        kept = ctx.transaction.memo.find(PER_GROUP, None)
+        self.last_statuses = None if kept is None else kept.flat(WAITING_STATUSES, None)
 
     def run(self) -> None:
         extras = list[Candidate]()
@@ -172,9 +182,9 @@ class _Allocation:
             if not reason:
                 return False
             reasons.append((group, reason))
-        statuses = ctx.plan.statuses
+        state, waits = ctx.plan.statuses.state, self.waiting_status
         for group, reason in reasons:
-            statuses.state(GroupStatus(group.key, False, reason))
+            state(waits(group, reason))
         if self.debug:
             for group, reason in reasons:
                 ctx.log.debug("%s waits: %s", group.key, reason)
@@ -184,11 +194,24 @@ class _Allocation:
         """How the job would wait now, when its turn's attempt would wait with an
         answer that holds for its kind (refused at admission, or placement's known
         failure: what `minimums` keeps); None when it would fit or fail otherwise.
-        Changes nothing: a placement found is rolled back, nothing is booked."""
-        refused, outcome = self.judged_now(candidate)
+        Changes nothing: a placement found is rolled back, nothing is booked. A gang
+        equivalent to one that failed at the transaction as it is
+        (`equivalence.known_failure`) is answered from that failure, as `place_gang`
+        would answer it, without entering an attempt."""
+        refused = self.refusal_of(candidate)
         if refused:
             return Waited(refused, None)
-        if outcome is None or outcome.admitted or not outcome.reason or outcome.known is None:
+        # A gang equivalent to one that failed at the transaction as it is: placement
+        # would answer from that failure without a search or a change (`place_gang`).
+        ctx = self.ctx
+        view = placeable(ctx, candidate.group)
+        known = known_failure(ctx.transaction, signature(ctx.transaction, view))
+        if known is not None:
+            waits = known.code is not Code.SUCCESS and known.reason_for(view)
+            return Waited(None, known) if waits else None
+        with ctx.transaction.attempt():
+            outcome = place_gang(ctx.transaction, view, ctx.config)
+        if outcome.admitted or not outcome.reason or outcome.known is None:
             return None
         return Waited(None, outcome.known)
 
@@ -211,10 +234,24 @@ class _Allocation:
             return None, place_gang(ctx.transaction, placeable(ctx, candidate.group), ctx.config)
 
     def wait(self, candidate: Candidate, reason: str) -> None:
-        key = candidate.group.key
-        self.ctx.plan.statuses.state(GroupStatus(key, False, reason))
+        group = candidate.group
+        self.ctx.plan.statuses.state(self.waiting_status(group, reason))
         if self.debug:
-            self.ctx.log.debug("%s waits: %s", key, reason)
+            self.ctx.log.debug("%s waits: %s", group.key, reason)
+
+    def waiting_status(self, group: PodGroupState, reason: str) -> GroupStatus:
+        """The group's status waiting for `reason`: the very status stated of it last
+        time, when that said the same of the same state (statuses are immutable, and
+        a backlog waits cycle after cycle for the same reasons), else a new one."""
+        last = self.last_statuses
+        if last is None:
+            return GroupStatus(group.key, False, reason)
+        found = last.get(group.key)
+        if found is not None and found[0] is group and found[1].reason == reason:
+            return found[1]
+        status = GroupStatus(group.key, False, reason)
+        last[group.key] = (group, status)
+        return status
 
     def refusal_of(self, candidate: Candidate) -> str | None:
         """Why admission refuses the job's minimum now (`admission.refusal`), or None."""

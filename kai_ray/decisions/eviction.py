@@ -860,22 +860,24 @@ def _untouched_units(ctx: CycleContext, protection: Protection, below: int | Non
         units: list[VictimUnit] = []
         queue_of: list[int] = []
         ends: list[float] = []
+        removed = tx.removed
         for _, group, priority in heapq.merge(*chosen, key=lambda entry: entry[0]):
             if below is not None and priority >= below:
                 continue
-            for unit in _units_of(tx, group, priority):
-                if any(p.key in tx.removed for p in unit.pods):
-                    continue
-                end = protection.ends_at(unit)
-                protected = end is not None and end > protection.now
-                units.append(unit)
-                queue_of.append(queues.setdefault(group.queue, len(queues)))
-                ends.append(end if protected and end is not None else np.nan)
+            found, found_ends = _units_and_ends(tx, group, priority, protection)
+            if removed:
+                kept = [i for i, u in enumerate(found) if all(p.key not in removed for p in u.pods)]
+                found, found_ends = [found[i] for i in kept], [found_ends[i] for i in kept]
+            units += found
+            ends += found_ends
+            queue_of += [queues.setdefault(group.queue, len(queues))] * len(found)
+        # Protected now: a protection that has not ended (NaN, none, compares False).
+        raw = np.array(ends, dtype=np.float64)
         return Untouched(
             list(queues),
             units,
             np.array(queue_of, dtype=np.int64),
-            np.array(ends, dtype=np.float64),
+            np.where(raw > protection.now, raw, np.nan),
         )
 
     # The transaction is read for the pods it evicted alone: placements made meanwhile
@@ -883,6 +885,26 @@ def _untouched_units(ctx: CycleContext, protection: Protection, below: int | Non
     removed = frozenset(tx.removed)
     key = (removed, id(protection.tree), protection.which, protection.now, below)
     return tx.memo.get(UNTOUCHED, key, build)
+
+
+#: Per group: its victim units (`_units_of`) with when a min-runtime protection of
+#: each ends (`Protection.ends_at`; NaN: none), for one min-runtime field and the
+#: group's queue's minimum, kept from cycle to cycle with the group.
+UNITS_AND_ENDS = MemoKey[tuple[list[VictimUnit], list[float]]]("victim units and ends")
+
+
+def _units_and_ends(
+    tx: Transaction, group: PodGroupState, priority: int, protection: Protection
+) -> tuple[list[VictimUnit], list[float]]:
+    """The group's victim units and the end of each one's protection (read only)."""
+
+    def build() -> tuple[list[VictimUnit], list[float]]:
+        units = _units_of(tx, group, priority)
+        ends = [protection.ends_at(unit) for unit in units]
+        return units, [np.nan if end is None else end for end in ends]
+
+    minimum = protection.minimum_of(group.queue)
+    return kept_per_group(tx.memo, UNITS_AND_ENDS, (protection.which, minimum), group, build)
 
 
 @dataclass(frozen=True)

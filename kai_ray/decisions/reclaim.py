@@ -137,9 +137,11 @@ def anyone_within_share(ctx: CycleContext) -> bool:
     return any(within_share(ledger, queue, request) for queue, request in asked)
 
 
-#: `FairShareBudget.takes_alone`'s answers, per (ledger version, reclaimer leaf,
-#: resources asked), by victim leaf and amounts: one run's budgets share them.
-AloneAnswers = dict[tuple[int, str, tuple[str, ...]], dict[tuple[object, ...], bool]]
+#: `FairShareBudget.takes_alone`'s answers, per (ledger version, resources asked),
+#: by what the answer reads of the reclaimer (the victim's queues judged and the
+#: resources contested where the two paths meet) and of the unit (its leaf and
+#: amounts): one run's budgets share them, whichever queue reclaims.
+AloneAnswers = dict[tuple[int, tuple[str, ...]], dict[tuple[object, ...], bool]]
 
 
 class FairShareBudget(Budget):
@@ -165,11 +167,11 @@ class FairShareBudget(Budget):
         #: What `take` refused since it last took (it refuses the same again: a refusal
         #: changes nothing), by the amounts it judged per queue.
         self._refused: set[tuple[tuple[object, ...], ...]] = set()
-        #: `takes_alone`'s answers by victim leaf and amounts: shared by the budgets
-        #: of one run (`answers`) with the same ledger, reclaimer and resources asked,
-        #: which are all the answer reads besides the unit.
+        #: `takes_alone`'s answers: shared by the budgets of one run (`answers`, one
+        #: `contested`) with the same ledger and resources asked, keyed by the rest
+        #: the answer reads (`takes_alone`).
         shared = {} if answers is None else answers
-        self._alone = shared.setdefault((ledger.version, leaf, tuple(self.asked)), {})
+        self._alone = shared.setdefault((ledger.version, tuple(self.asked)), {})
 
     def reclaimer_within_share(self) -> bool:
         """With the job added, the reclaimer's leaf stays within its fair share. Every
@@ -219,9 +221,12 @@ class FairShareBudget(Budget):
     def takes_alone(self, unit: VictimUnit) -> bool:
         if self.taken:
             raise ValueError("takes_alone asked of a budget that has taken units already")
-        # Keyed by all the unit asks (its vector's hash is kept): units alike in what
-        # is judged but not in the rest only cost one more answer each.
-        key = (unit.queue, unit.requests)
+        # Of the reclaimer, the answer reads only the victim's queues judged and the
+        # resources contested where the paths meet (`_victim_side`): reclaimers whose
+        # paths meet the victim's at the same queue share it (sibling teams all do).
+        # Of the unit, keyed by all it asks (its vector's hash is kept): units alike
+        # in what is judged but not in the rest only cost one more answer each.
+        key = (*self._victim_side(unit.queue), unit.queue, unit.requests)
         answer = self._alone.get(key)
         if answer is None:
             answer = self._alone[key] = self._may_lose_alone(unit.queue, unit.requests)

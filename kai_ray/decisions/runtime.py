@@ -63,14 +63,18 @@ class Protection:
         self.earliest_end = end if self.earliest_end is None else min(self.earliest_end, end)
         return True
 
+    def minimum_of(self, leaf: str) -> float:
+        """The leaf queue's min-runtime (`inherited_min_runtime`), read once."""
+        minimum = self._minimums.get(leaf)
+        if minimum is None:
+            minimum = self._minimums[leaf] = inherited_min_runtime(self.tree, leaf, self.which)
+        return minimum
+
     def ends_at(self, unit: VictimUnit) -> float | None:
         """When the unit's protection ends; None for extras and unprotected queues."""
         if unit.extra:
             return None
-        leaf = unit.queue
-        minimum = self._minimums.get(leaf)
-        if minimum is None:
-            minimum = self._minimums[leaf] = inherited_min_runtime(self.tree, leaf, self.which)
+        minimum = self.minimum_of(unit.queue)
         started = unit.started_s
         if minimum <= 0 or started is None:
             return None
