@@ -111,13 +111,19 @@ SHAPES = (
 
 @st.composite
 def clusters(
-    draw: st.DrawFn, full: bool = False, movable: bool = False, mixed: bool = False
+    draw: st.DrawFn,
+    full: bool = False,
+    movable: bool = False,
+    mixed: bool = False,
+    departments: bool = False,
 ) -> ClusterObjects:
     """A random cluster; `full`: every node runs preemptible 4-GPU jobs of the first
     two teams, so that waiting gangs are placed only by taking room back; `movable`:
     the running jobs are preemptible Jobs' pods (their controller makes them again),
     so consolidation may move them to make room for a waiting gang; `mixed` (with
-    `full`): the running jobs are of 1, 2 or 4 GPUs."""
+    `full`): the running jobs are of 1, 2 or 4 GPUs; `departments`: the first two
+    teams share one department queue and the others another, each with a quota
+    drawn (two teams' paths then meet below the root or at it)."""
     node_count = draw(st.integers(2, 10))
     nodes, sizes = [], []
     for i in range(node_count):
@@ -132,9 +138,16 @@ def clusters(
         if runtime is not None:
             root = root.set(f"spec.{field}", runtime)
     queues = [root.build()]
+    parents = {team: "root" for team in TEAMS}
+    if departments:
+        for index, dept in enumerate(("dept-x", "dept-y")):
+            quota = draw(st.integers(0, 24))
+            queues.append(make_queue(dept).parent("root").gpu(quota=quota).build())
+            for team in (TEAMS[:2], TEAMS[2:])[index]:
+                parents[team] = dept
     for team in TEAMS:
         quota = draw(st.integers(0, 16))
-        queues.append(make_queue(team).parent("root").gpu(quota=quota).build())
+        queues.append(make_queue(team).parent(parents[team]).gpu(quota=quota).build())
     pods: list[dict[str, Any]] = []
     groups: list[dict[str, Any]] = []
     if full:
@@ -437,13 +450,21 @@ TAKE, TAKES_ALONE = FairShareBudget.take, FairShareBudget.takes_alone
 
 
 @drawn(150)
-@given(objects=st.one_of(clusters(full=True), clusters(full=True, mixed=True)))
+@given(
+    objects=st.one_of(
+        clusters(full=True),
+        clusters(full=True, mixed=True),
+        clusters(full=True, mixed=True, departments=True),
+    )
+)
 def test_a_fair_share_budget_answers_as_one_judging_afresh(
     monkeypatch: pytest.MonkeyPatch, objects: ClusterObjects
 ) -> None:
     """Every `take` of reclaim's budgets in a cycle, against a budget in the same
     state (what it took so far) that keeps no refusals; every `takes_alone`
-    against a fresh budget's `take` of the one unit."""
+    against a fresh budget's `take` of the one unit (the budgets of a run share
+    those answers across reclaimers: with departments, two reclaimers meet a victim
+    queue at different queues)."""
     differ: list[tuple[str, ...]] = []
     #: Per budget (by id, the budget kept alive with its probe so that its id is
     #: never another's): the probe.

@@ -20,9 +20,17 @@ from kai_ray.decisions.admission import is_preemptible
 from kai_ray.decisions.booking import held_ledger
 from kai_ray.decisions.consolidate import MOVERS, _mover
 from kai_ray.decisions.cycle import run_cycle
-from kai_ray.decisions.eviction import GIVERS, RELEASING, VICTIM_UNITS, _giver, _holds_releasing
+from kai_ray.decisions.eviction import (
+    GIVERS,
+    RELEASING,
+    UNITS_AND_ENDS,
+    VICTIM_UNITS,
+    _giver,
+    _holds_releasing,
+)
 from kai_ray.decisions.kept import KeptPerGroup
 from kai_ray.decisions.ordering import group_priority
+from kai_ray.decisions.plan import GroupStatus, Plan
 from kai_ray.decisions.preempt import RUNNING_PRIORITIES, _running_priority
 from kai_ray.decisions.runtime import started_at
 from kai_ray.decisions.stale import UNSETTLED, _unsettled
@@ -222,9 +230,15 @@ def test_victim_units_kept_across_cycles_are_those_their_group_is_cut_into(
         without = run_cycle(snapshot, config, cycle, 0.0)
         assert with_kept.plan.evictions == without.plan.evictions
         assert with_kept.plan.binds == without.plan.binds
+        # Waiting statuses restated from the last cycle's say what fresh ones say.
+        assert statuses(with_kept.plan) == statuses(without.plan)
         for key, group, units in kept.per_group.entries(VICTIM_UNITS):
             assert snapshot.pod_groups.get(key) is group, key
             assert units == victim_units(group, group_priority(group), started_at(group))
+        for key, group, (units, ends) in kept.per_group.entries(UNITS_AND_ENDS):
+            assert snapshot.pod_groups.get(key) is group, key
+            assert units == victim_units(group, group_priority(group), started_at(group))
+            assert len(ends) == len(units)
         movers = kept.tallies.get(MOVERS, snapshot.pod_groups, _mover).members
         read = {key: (mover.scheduler, mover.started, mover.pods) for key, mover in movers.items()}
         assert read == {
@@ -236,6 +250,41 @@ def test_victim_units_kept_across_cycles_are_those_their_group_is_cut_into(
             for key, group in snapshot.pod_groups.items()
             if may_be_moved(group)
         }
+
+
+def statuses(plan: Plan) -> dict[str, GroupStatus]:
+    return {status.group: status for status in plan.statuses}
+
+
+def test_a_backlog_waiting_as_before_is_stated_with_the_statuses_stated_before() -> None:
+    """A gang that waits for the same reason as in the cycle before, its state
+    unchanged, is stated with the very status object stated then (statuses are
+    immutable); once its reason changes (another group's pod left the node), a new
+    status says so, as a cycle that keeps nothing says."""
+    cache = ClusterCache(SCHEDULER)
+    cache.upsert(make_queue("team-a").gpu(quota=16).build(), QUEUE)
+    cache.upsert(make_node("n0").gpus(8).build(), NODE)
+    cache.upsert(make_pod_group("r").queue("team-a").build(), POD_GROUP)
+    running = make_pod("r-0").group("r").gpus(8).on("n0").phase("Running")
+    cache.upsert(running.scheduler(SCHEDULER).build(), POD)
+    for name in ("big", "bigger"):
+        cache.upsert(make_pod_group(name).queue("team-a").min_member(2).build(), POD_GROUP)
+        for index in range(2):
+            pod = make_pod(f"{name}-{index}").group(name).gpus(8).scheduler(SCHEDULER)
+            cache.upsert(pod.build(), POD)
+    kept = GroupTotals()
+    first = run_cycle(cache.snapshot(), SchedulerConfig(), 1, 0.0, totals=kept)
+    second = run_cycle(cache.snapshot(), SchedulerConfig(), 2, 0.0, totals=kept)
+    waiting = [s for s in first.plan.statuses if not s.admitted]
+    assert len(waiting) == 2, "both gangs must wait for this test to say anything"
+    for status in waiting:
+        assert second.plan.statuses[status.group] is status
+    cache.delete(POD, "default/r-0")
+    third = run_cycle(cache.snapshot(), SchedulerConfig(), 3, 0.0, totals=kept)
+    fresh = run_cycle(cache.snapshot(), SchedulerConfig(), 3, 0.0)
+    assert statuses(third.plan) == statuses(fresh.plan)
+    for status in waiting:
+        assert third.plan.statuses[status.group].reason != status.reason
 
 
 def may_be_moved(group: PodGroupState) -> bool:
