@@ -47,6 +47,7 @@ from kai_ray.decisions.placement import GangOutcome, place_extras, place_gang
 from kai_ray.decisions.placement.equivalence import KnownFailure, known_failure, signature
 from kai_ray.decisions.placement.reasons import Code
 from kai_ray.decisions.plan import GroupStatus
+from kai_ray.decisions.totals import Tally, kept_members
 from kai_ray.decisions.transaction import MemoKey
 from kai_ray.decisions.waiting import waiting_jobs
 from kai_ray.state.groups import PodGroupState
@@ -66,6 +67,19 @@ class Waited:
 
 #: By group key: the waiting status last stated of the group, with the group's state.
 WAITING_STATUSES = MemoKey[GroupStatus]("waiting statuses stated")
+
+#: Per group: admitted, with pods to add and no bound member being deleted (`_adding`),
+#: followed from cycle to cycle (`totals.kept_members`).
+ADDING = MemoKey[Tally[bool]]("admitted groups with pods to add")
+
+
+def _adding(group: PodGroupState) -> bool | None:
+    """True for a group whose minimum holds with pending pods left, none of its bound
+    members being deleted (until they are gone its pending pods wait); else None.
+    Reads the group alone."""
+    adding = bool(group.pending) and not group.missing and not releasing_members(group)
+    return True if adding else None
+
 
 #: Jobs answered by their kind's known answer at one state before the kinds left
 #: are judged at once (`_Allocation.rest_wait`): the walk has then met a run of
@@ -93,13 +107,15 @@ class _Allocation:
 
     def run(self) -> None:
         extras = list[Candidate]()
-        for group in self.ctx.snapshot.pod_groups.values():
-            if not group.pending or group.missing:
-                continue  # neither admitted with pods to add, nor waiting (below)
-            if not releasing_members(group):
-                # admitted: extras may follow
-                self.ctx.plan.statuses.state(admitted(group))
-                extras.append(candidate_for(group))
+        # Admitted with pods to add: extras may follow. (Waiting groups below.) The
+        # few such groups are followed from cycle to cycle (`totals.kept_members`),
+        # not found by a walk over every group; extras are taken in `job_key` order.
+        groups = self.ctx.snapshot.pod_groups
+        adding = kept_members(self.ctx.transaction.memo, ADDING, groups, _adding)
+        for key in adding:
+            group = groups[key]
+            self.ctx.plan.statuses.state(admitted(group))
+            extras.append(candidate_for(group))
         # The waiting gangs (`ordering.waits`), each queue's in order, kept while
         # the backlog stays as it was; less those an action before placed pods of.
         self.minimums(waiting_jobs(self.ctx.transaction), extras)
