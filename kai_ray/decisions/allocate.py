@@ -44,8 +44,8 @@ from kai_ray.decisions.ordering import (
     take_next,
 )
 from kai_ray.decisions.placement import GangOutcome, place_extras, place_gang
-from kai_ray.decisions.placement.equivalence import KnownFailure, known_failure, signature
-from kai_ray.decisions.placement.reasons import Code
+from kai_ray.decisions.placement.equivalence import KnownFailure
+from kai_ray.decisions.placement.gang_tree import known_outcome
 from kai_ray.decisions.plan import GroupStatus
 from kai_ray.decisions.totals import Tally, kept_members
 from kai_ray.decisions.transaction import MemoKey
@@ -210,24 +210,11 @@ class _Allocation:
         """How the job would wait now, when its turn's attempt would wait with an
         answer that holds for its kind (refused at admission, or placement's known
         failure: what `minimums` keeps); None when it would fit or fail otherwise.
-        Changes nothing: a placement found is rolled back, nothing is booked. A gang
-        equivalent to one that failed at the transaction as it is
-        (`equivalence.known_failure`) is answered from that failure, as `place_gang`
-        would answer it, without entering an attempt."""
-        refused = self.refusal_of(candidate)
+        Changes nothing: a placement found is rolled back, nothing is booked."""
+        refused, outcome = self.judged_now(candidate)
         if refused:
             return Waited(refused, None)
-        # A gang equivalent to one that failed at the transaction as it is: placement
-        # would answer from that failure without a search or a change (`place_gang`).
-        ctx = self.ctx
-        view = placeable(ctx, candidate.group)
-        known = known_failure(ctx.transaction, signature(ctx.transaction, view))
-        if known is not None:
-            waits = known.code is not Code.SUCCESS and known.reason_for(view)
-            return Waited(None, known) if waits else None
-        with ctx.transaction.attempt():
-            outcome = place_gang(ctx.transaction, view, ctx.config)
-        if outcome.admitted or not outcome.reason or outcome.known is None:
+        if outcome is None or outcome.admitted or not outcome.reason or outcome.known is None:
             return None
         return Waited(None, outcome.known)
 
@@ -246,8 +233,14 @@ class _Allocation:
         if refused:
             return refused, None
         ctx = self.ctx
+        view = placeable(ctx, candidate.group)
+        # A gang equivalent to one that failed at the transaction as it is is answered
+        # from that failure, as `place_gang` would, without entering an attempt.
+        known = known_outcome(ctx.transaction, view)
+        if known is not None:
+            return None, known
         with ctx.transaction.attempt():
-            return None, place_gang(ctx.transaction, placeable(ctx, candidate.group), ctx.config)
+            return None, place_gang(ctx.transaction, view, ctx.config)
 
     def wait(self, candidate: Candidate, reason: str) -> None:
         group = candidate.group

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kai_ray.decisions.admission import is_preemptible
+from kai_ray.decisions.allocate import ADDING, _adding
 from kai_ray.decisions.booking import held_ledger
 from kai_ray.decisions.consolidate import MOVERS, _mover
 from kai_ray.decisions.cycle import run_cycle
@@ -107,6 +108,7 @@ TALLIED: list[tuple[MemoKey[Any], Callable[[PodGroupState], Any]]] = [
     (UNSETTLED, _unsettled),
     (MemoKey[Tally[tuple[str, int]]]("queue and bound pods"), _queue_and_bound),
     (LATE, _queue_and_bound),
+    (ADDING, _adding),
 ]
 
 

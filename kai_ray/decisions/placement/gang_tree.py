@@ -59,9 +59,10 @@ def place_gang(tx: Transaction, group: PodGroupState, config: SchedulerConfigSpe
     (`equivalence.py`), as does one equivalent to a gang no node had room for, while
     none has (`carried.py`)."""
     key = signature(tx, group)
-    known = known_failure(tx, key)
-    if known is None and key is not None:
-        known = carried_failure(tx, key, group)
+    found = _known_outcome(group, known_failure(tx, key))
+    if found is not None:
+        return found
+    known = None if key is None else carried_failure(tx, key, group)
     reusable = known is not None
     if known is None:
         tree = build_tree(tx, group, _minimum)
@@ -77,6 +78,20 @@ def place_gang(tx: Transaction, group: PodGroupState, config: SchedulerConfigSpe
         if reusable:
             carry_failure(tx, key, group, known)
     return GangOutcome(known.code, known.reason_for(group), known=known if reusable else None)
+
+
+def known_outcome(tx: Transaction, group: PodGroupState) -> GangOutcome | None:
+    """How `place_gang` would answer, when a gang equivalent to `group` already failed
+    with the transaction as it is (`equivalence.known_failure`): then it answers
+    from that failure without a search or a change, and so can the caller, without
+    entering an attempt. None otherwise."""
+    return _known_outcome(group, known_failure(tx, signature(tx, group)))
+
+
+def _known_outcome(group: PodGroupState, known: KnownFailure | None) -> GangOutcome | None:
+    if known is None:
+        return None
+    return GangOutcome(known.code, known.reason_for(group), known=known)
 
 
 def place_extras(
