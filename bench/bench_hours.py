@@ -1,13 +1,15 @@
 """Where a simulated run's time goes: each cycle's CPU, summed by virtual hour.
 
 Run: `.venv/bin/python -m bench.bench_hours cluster.yaml jobs.yaml [--trace jobs.csv]
-[--until 24h] [--span 24] [--json hours.json]`. The inputs are `kai-ray simulate`'s;
+[--until 24h] [--span 24] [--json hours.json] [--parts]`. The inputs are `kai-ray simulate`'s;
 the run is the simulator's own (`Simulation`), with the process's CPU time
 (`time.process_time`) read around every cycle and added to the cycle's virtual
 hour. Printed: per span of `--span` virtual hours, the cycles, their CPU, the
 mean per cycle and the span's share; then the ten costliest hours. A run sampled
 at a few pickled states can miss the hours that cost most (a reclaim episode);
-this measures every hour. Not a test: it prints figures.
+this measures every hour. With `--parts`, each action of the cycle, the
+snapshot and what the simulator does with the plan are timed apart too (their
+CPU summed over the run, and per cycle). Not a test: it prints figures.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ import argparse
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def hourly(
-    inputs: list[str], traces: list[str], until: str | None
+    inputs: list[str], traces: list[str], until: str | None, parts: Counter[str] | None = None
 ) -> tuple[Counter[int], Counter[int]]:
-    """CPU seconds and cycles per virtual hour of the run."""
+    """CPU seconds and cycles per virtual hour of the run; with `parts`, the CPU of
+    each part of the cycles is added there by name (`_time_parts`)."""
     from kai_ray.sim.engine import Simulation
     from kai_ray.sim.loader import load_documents
     from kai_ray.sim.run import parse_until, read_documents
@@ -30,6 +35,8 @@ def hourly(
     documents = read_documents([Path(p) for p in inputs], [Path(p) for p in traces])
     sim = Simulation(load_documents(documents), until=parse_until(until))
     cpu, cycles = Counter[int](), Counter[int]()
+    if parts is not None:
+        _time_parts(sim, parts)
     run_cycle = sim._run_cycle
 
     def timed() -> None:
@@ -44,6 +51,31 @@ def hourly(
     return cpu, cycles
 
 
+def _timer(parts: Counter[str], name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.process_time()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            parts[name] += time.process_time() - start
+
+    return timed
+
+
+def _time_parts(sim: Any, parts: Counter[str]) -> None:
+    """Each built-in action's `run`, the cache's snapshot, the binder's `apply` and
+    the simulator's records (`_update_jobs`) timed into `parts`."""
+    from kai_ray.decisions import cycle
+
+    registry = cycle.builtin_actions()
+    for name in registry.names():
+        action = type(registry.get(name))
+        action.run = _timer(parts, name, action.run)  # type: ignore[method-assign]
+    sim.cache.snapshot = _timer(parts, "snapshot", sim.cache.snapshot)
+    sim.binder.apply = _timer(parts, "binder", sim.binder.apply)
+    sim._update_jobs = _timer(parts, "records", sim._update_jobs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("inputs", nargs="+")
@@ -51,10 +83,17 @@ def main() -> None:
     parser.add_argument("--until", default=None)
     parser.add_argument("--span", type=int, default=24, help="virtual hours per row")
     parser.add_argument("--json", type=Path, default=None, help="write the hours here")
+    parser.add_argument("--parts", action="store_true", help="time each action apart too")
     args = parser.parse_args()
-    cpu, cycles = hourly(args.inputs, args.trace, args.until)
+    parts = Counter[str]() if args.parts else None
+    cpu, cycles = hourly(args.inputs, args.trace, args.until, parts)
     total = sum(cpu.values())
-    print(f"{sum(cycles.values())} cycles, {total:.1f} s of CPU in cycles")
+    count = sum(cycles.values())
+    print(f"{count} cycles, {total:.1f} s of CPU in cycles")
+    for name, spent in (parts or Counter[str]()).most_common():
+        each = 1000 * spent / count if count else 0.0
+        print(f"  {name:20s} {spent:8.1f} s  {each:6.2f} ms a cycle  {100 * spent / total:4.1f} %")
+    print(f"  {'rest':20s} {total - sum((parts or {}).values()):8.1f} s")
     last = max(cycles, default=0)
     for start in range(0, last + 1, args.span):
         hours = range(start, start + args.span)
