@@ -558,6 +558,8 @@ def _room_left_for(tx: Transaction, unit: VictimUnit) -> bool:
 
 def _try_fit(ctx: CycleContext, group: PodGroupState, victims: Sequence[VictimUnit]) -> bool:
     tx = ctx.transaction
+    if not could_fit_without(tx, group, victims):
+        return False  # placing it would fail: no domain could hold it, counted
     mark = tx.checkpoint()
     for unit in victims:
         for pod in unit.pods:
@@ -566,6 +568,26 @@ def _try_fit(ctx: CycleContext, group: PodGroupState, victims: Sequence[VictimUn
         return True
     tx.rollback(mark)
     return False
+
+
+def could_fit_without(tx: Transaction, group: PodGroupState, victims: Sequence[VictimUnit]) -> bool:
+    """False when no domain the gang's members must share (`gang_domains`) could hold
+    its missing members were the victims' pods gone (`domain_could_hold`): then placing
+    it after evicting them fails, and the evictions and the placement are not tried.
+
+    Exact: an eviction gives back what `domain_could_hold` counts the pod freeing
+    (`held_vector`), and placement puts the missing members on nodes of one domain,
+    each where it passes its own filters and fits, so it succeeds only where the
+    count holds. What the skipped attempt would have left behind is only what
+    caches keep of transaction versions it alone would have reached (versions are
+    never reused). A gang with subgroups, or whose constraint names no level
+    (`gang_domains` gives None), is always tried. Most failing victim searches meet
+    this: the greedy choice frees room spread over racks a rack-bound gang cannot
+    use together."""
+    domains = gang_domains(tx, group)
+    if domains is None:
+        return True
+    return domain_could_hold(tx, group, domains, [pod for unit in victims for pod in unit.pods])
 
 
 #: Per transaction version: the victim options found (`victims.FoundOptions`).

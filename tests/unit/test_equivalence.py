@@ -25,7 +25,9 @@ drawn from a small palette of shapes so that equivalent gangs abound):
   made, and fails), nor
   (`eviction.domain_could_hold_in_total`) hold the room its members ask for added
   up, with each victim queue giving up no more than `Budget.most_taken` lets a
-  take free (plain: the same);
+  take free (plain: the same); and, inside the search, a set of victims is not
+  evicted and the gang not placed when no such domain could hold it with those
+  victims gone (`eviction.could_fit_without`; plain: evicted, placed, rolled back);
 - `FairShareBudget.refuses_every`: the victim search gives up at once when the
   budget refuses each possible victim on its own (plain: every node weighed and
   every option offered to the budget);
@@ -359,6 +361,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (consolidate, "kept_members", _members_afresh),
     (eviction, "kept_members", _members_afresh),
     (eviction, "no_domain_could_hold", lambda ctx, group, units, new_budget: False),
+    (eviction, "could_fit_without", lambda tx, group, victims: True),
     (eviction, "domain_could_hold_in_total", lambda tx, group, domains, units, budget: True),
     (consolidate, "domain_could_hold", lambda tx, group, domains, freed: True),
     (consolidate, "could_pack", lambda tx, target, moved: True),
