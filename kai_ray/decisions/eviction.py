@@ -580,10 +580,11 @@ def could_fit_without(tx: Transaction, group: PodGroupState, victims: Sequence[V
     each where it passes its own filters and fits, so it succeeds only where the
     count holds. What the skipped attempt would have left behind is only what
     caches keep of transaction versions it alone would have reached (versions are
-    never reused). A gang with subgroups, or whose constraint names no level
-    (`gang_domains` gives None), is always tried. Most failing victim searches meet
-    this: the greedy choice frees room spread over racks a rack-bound gang cannot
-    use together."""
+    never reused), and nodes whose rows moved and moved back (`changed_nodes`),
+    which only makes caches kept per node look again. A gang with subgroups, or
+    whose required level does not resolve to domains (`gang_domains` gives None),
+    is always tried. Most failing victim searches meet this: the greedy choice
+    frees room spread over racks a rack-bound gang cannot use together."""
     domains = gang_domains(tx, group)
     if domains is None:
         return True
