@@ -90,10 +90,12 @@ def main() -> None:
     total = sum(cpu.values())
     count = sum(cycles.values())
     print(f"{count} cycles, {total:.1f} s of CPU in cycles")
-    for name, spent in (parts or Counter[str]()).most_common():
-        each = 1000 * spent / count if count else 0.0
-        print(f"  {name:20s} {spent:8.1f} s  {each:6.2f} ms a cycle  {100 * spent / total:4.1f} %")
-    print(f"  {'rest':20s} {total - sum((parts or {}).values()):8.1f} s")
+    if parts is not None:
+        for name, spent in parts.most_common():
+            each = 1000 * spent / count if count else 0.0
+            share = 100 * spent / total if total else 0.0
+            print(f"  {name:20s} {spent:8.1f} s  {each:6.2f} ms a cycle  {share:4.1f} %")
+        print(f"  {'rest of the cycle':20s} {total - sum(parts.values()):8.1f} s")
     last = max(cycles, default=0)
     for start in range(0, last + 1, args.span):
         hours = range(start, start + args.span)
