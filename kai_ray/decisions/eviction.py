@@ -165,17 +165,70 @@ def no_domain_could_hold(
         return False
     budget = new_budget()
     kinds, of_unit = _unit_kinds(tx, units)
-    takes = [budget.takes_alone(unit) for unit in kinds]
-    alone = [unit for unit, kind in zip(units, of_unit, strict=True) if takes[kind]]
-    freed = [pod for unit in alone for pod in unit.pods]
-    if not domain_could_hold(tx, group, domains, freed):
+    takes = np.array([budget.takes_alone(unit) for unit in kinds], dtype=bool)
+    # Each unit the budget takes alone, and their pods, laid out once per list of units.
+    taken = takes[np.asarray(of_unit, dtype=np.int64)] if kinds else np.zeros(0, dtype=bool)
+    pods = unit_pods(tx, units).of_units(taken)
+    if not domain_holds(tx, group, domains, freed_room(tx.free, pods)):
         return True
-    if not domain_could_hold_in_total(tx, group, domains, alone, budget):
+    alone = [unit for unit, take in zip(units, taken.tolist(), strict=True) if take]
+    if not domain_could_hold_in_total(tx, group, domains, alone, pods, budget):
         return True
     constraint = group.spec.topologyConstraint
     if constraint is None or constraint.requiredLevel is None:
         return False  # the cluster is its one domain: nodes enough to free, mostly
-    return not domain_could_be_freed(tx, group, domains, alone, budget)
+    return not domain_could_be_freed(tx, group, domains, alone, pods, budget)
+
+
+@dataclass(frozen=True, eq=False)
+class UnitPods:
+    """The pods of a list of victim units laid out for counting, in the list's order
+    (unit after unit, each unit's pods in its order): each pod's unit (its index in
+    the list), its node's row and what it holds there (`held_vector`)."""
+
+    unit: npt.NDArray[np.int64]
+    node: npt.NDArray[np.int64]
+    held: Matrix
+
+    def of_units(self, taken: npt.NDArray[np.bool_]) -> UnitPods:
+        """The pods of the units `taken` (one flag per unit), in order, each unit
+        numbered by its place among those taken."""
+        chosen = taken[self.unit]
+        numbers = np.cumsum(taken, dtype=np.int64) - 1
+        return UnitPods(numbers[self.unit[chosen]], self.node[chosen], self.held[chosen])
+
+
+#: Per list of units: their pods laid out (`unit_pods`).
+UNIT_PODS = MemoKey[UnitPods]("victim units' pods laid out")
+
+
+def unit_pods(tx: Transaction, units: Sequence[VictimUnit]) -> UnitPods:
+    """The units' pods laid out (`UnitPods`), once per cycle for a list every job's
+    search shares (`running_units`'), so that a count reads arrays, not pods."""
+
+    def build() -> UnitPods:
+        snapshot, index = tx.snapshot, tx.snapshot.node_index
+        found = [(n, index[p.node or ""], p) for n, unit in enumerate(units) for p in unit.pods]
+        held = np.zeros((len(found), tx.free.shape[1]))
+        for row, (_, _, pod) in enumerate(found):
+            held[row] = held_vector(snapshot, pod)
+        return UnitPods(
+            np.array([n for n, _, _ in found], dtype=np.int64),
+            np.array([node for _, node, _ in found], dtype=np.int64),
+            held,
+        )
+
+    if not isinstance(units, list):
+        return build()
+    return tx.memo.of_object(UNIT_PODS, units, None, build)
+
+
+def freed_room(free: Matrix, pods: UnitPods) -> Matrix:
+    """`free` with what `pods` hold added on their nodes, pod after pod in order (the
+    very sums a walk over the pods makes: `np.add.at` adds unbuffered, in order)."""
+    room = free.copy()
+    np.add.at(room, pods.node, pods.held)
+    return room
 
 
 #: Per list of units: one unit of each (leaf queue, requests) among them, and each
@@ -238,19 +291,44 @@ def domain_could_hold(
     index = tx.snapshot.node_index
     for pod in freed:
         free[index[pod.node or ""]] += held_vector(tx.snapshot, pod)
+    return domain_holds(tx, group, domains, free)
+
+
+def domain_holds(tx: Transaction, group: PodGroupState, domains: NodeDomains, room: Matrix) -> bool:
+    """`domain_could_hold` on each node's room (`room`) given: whether its nodes, in
+    some domain, count at least as many pods of the smallest pending request as
+    the gang misses, on nodes some of them may use."""
     smallest, allowed = _least_pending(tx, group)
-    fits = np.where(allowed, pods_fitting(free, smallest), 0)
+    fits = np.where(allowed, pods_fitting(room, smallest), 0)
     inside = domains >= 0
     per_domain = np.bincount(domains[inside], weights=fits[inside])
     return bool(per_domain.max(initial=0) >= len(group.missing))
 
 
+#: Per group: what its pending pods ask (`held_vector` rows), each resource's column
+#: sorted, and the nodes some of them may use (their static filters).
+PENDING_ASKS = MemoKey[tuple[Matrix, npt.NDArray[np.bool_]]]("pending pods' asks sorted")
+
+
+def _pending_asks(tx: Transaction, group: PodGroupState) -> tuple[Matrix, npt.NDArray[np.bool_]]:
+    """What the group's pending pods ask, each resource's column sorted (the first
+    row is the least any asks, resource by resource), and the nodes some of them
+    may use; once per cycle for each group (they read the group and the cycle's
+    static filters)."""
+
+    def build() -> tuple[Matrix, npt.NDArray[np.bool_]]:
+        pending = group.pending
+        asks = np.sort(np.array([held_vector(tx.snapshot, pod) for pod in pending]), axis=0)
+        return asks, np.logical_or.reduce([static_mask(tx, pod) for pod in pending])
+
+    return tx.memo.of_object(PENDING_ASKS, group, None, build)
+
+
 def _least_pending(tx: Transaction, group: PodGroupState) -> tuple[Vector, npt.NDArray[np.bool_]]:
     """The least any pending pod of the group asks, resource by resource, and the
     nodes some of them may use (their static filters)."""
-    pending = group.pending
-    least = np.array([held_vector(tx.snapshot, pod) for pod in pending]).min(axis=0)
-    return least, np.logical_or.reduce([static_mask(tx, pod) for pod in pending])
+    asks, allowed = _pending_asks(tx, group)
+    return asks[0], allowed
 
 
 def domain_could_hold_in_total(
@@ -258,14 +336,15 @@ def domain_could_hold_in_total(
     group: PodGroupState,
     domains: NodeDomains,
     units: Sequence[VictimUnit],
+    pods: UnitPods,
     budget: Budget,
 ) -> bool:
     """Whether some domain of `domains` has, in every resource, the room the missing
     members ask for added up: the room left on its nodes, plus what `units` free
-    there, each victim leaf queue's share of it no more than the budget lets one
-    take free of that queue's units (`Budget.most_taken`). The members asked for
-    are the cheapest ones the pending pods could complete the minimum with,
-    resource by resource.
+    there (their pods laid out: `pods`), each victim leaf queue's share of it no
+    more than the budget lets one take free of that queue's units
+    (`Budget.most_taken`). The members asked for are the cheapest ones the
+    pending pods could complete the minimum with, resource by resource.
 
     Exact: every victim set the search tries is accepted by one take of a fresh
     budget, so each queue gives up no more than its bound; the members placed in
@@ -277,24 +356,23 @@ def domain_could_hold_in_total(
         return False
     room = np.zeros((int(domains[inside].max()) + 1, tx.free.shape[1]))
     np.add.at(room, domains[inside], np.maximum(tx.free[inside], 0.0))
-    index = snapshot.node_index
-    by_leaf: dict[str, list[VictimUnit]] = {}
-    for unit in units:
-        by_leaf.setdefault(unit.queue, []).append(unit)
-    for leaf, found in by_leaf.items():
+    # Each leaf's freed room is added in the order its units come (the same sums).
+    leaves: dict[str, int] = {}
+    leaf_of_unit = np.array([leaves.setdefault(u.queue, len(leaves)) for u in units], np.int64)
+    leaf_of_pod = leaf_of_unit[pods.unit]
+    domain_of_pod = domains[pods.node]
+    counted = domain_of_pod >= 0
+    for leaf, code in leaves.items():
+        mine = counted & (leaf_of_pod == code)
         freed = np.zeros_like(room)
-        for unit in found:
-            for pod in unit.pods:
-                domain = domains[index[pod.node or ""]]
-                if domain >= 0:
-                    freed[domain] += held_vector(snapshot, pod)
+        np.add.at(freed, domain_of_pod[mine], pods.held[mine])
         cap = np.full(room.shape[1], np.inf)
         for resource, most in budget.most_taken(leaf).items():
             if resource in snapshot.resource_names:
                 cap[snapshot.column(resource)] = most
         room += np.minimum(freed, cap)
     # the least any `len(missing)` of the pending pods ask for together, per resource
-    asks = np.sort(np.array([held_vector(snapshot, pod) for pod in group.pending]), axis=0)
+    asks, _ = _pending_asks(tx, group)
     need = asks[: len(group.missing)].sum(axis=0)
     return bool(np.any(np.all(room >= need - EPSILON, axis=1)))
 
@@ -304,14 +382,14 @@ def domain_could_be_freed(
     group: PodGroupState,
     domains: NodeDomains,
     alone: Sequence[VictimUnit],
+    pods: UnitPods,
     budget: Budget,
 ) -> bool:
     """`nodes_could_be_freed` on the cluster's figures: the gang's missing members
     as the least of its pending pods asks (`domain_could_hold`'s count), on nodes
     some of them may use; the units each victim leaf queue may give at all
-    (`alone`), within what one take of the budget lets it give
-    (`Budget.most_taken`)."""
-    snapshot = tx.snapshot
+    (`alone`, their pods laid out: `pods`), within what one take of the budget
+    lets it give (`Budget.most_taken`)."""
     least, allowed = _least_pending(tx, group)
     free = np.maximum(tx.free, 0.0)
     if _takes_as_is(free, least, len(group.missing), domains, allowed):
@@ -319,28 +397,21 @@ def domain_could_be_freed(
     bounds: dict[str, dict[str, float]] = {}
     for leaf in {unit.queue for unit in alone}:
         bounds[leaf] = dict(budget.most_taken(leaf))
-    index = snapshot.node_index
     units = [
-        FreedUnit(
-            unit.queue,
-            tuple(unit.requests[r] for r in bounds[unit.queue]),
-            tuple((index[pod.node or ""], held_vector(snapshot, pod)) for pod in unit.pods),
-        )
-        for unit in alone
+        FreedUnit(unit.queue, tuple(unit.requests[r] for r in bounds[unit.queue])) for unit in alone
     ]
     caps = {leaf: tuple(most.values()) for leaf, most in bounds.items()}
-    return nodes_could_be_freed(free, least, len(group.missing), domains, allowed, units, caps)
+    count = len(group.missing)
+    return nodes_could_be_freed(free, least, count, domains, allowed, units, pods, caps)
 
 
 @dataclass(frozen=True)
 class FreedUnit:
-    """A victim unit as `nodes_could_be_freed` reads it: its leaf queue, what it asks
-    of each resource its queue's cap bounds (in the cap's order), and each pod's
-    node and what the pod holds there."""
+    """A victim unit as `nodes_could_be_freed` reads it: its leaf queue, and what it
+    asks of each resource its queue's cap bounds (in the cap's order)."""
 
     queue: str
     cost: tuple[float, ...]
-    pods: tuple[tuple[int, Vector], ...]
 
 
 #: Sets of units `nodes_could_be_freed` tries before it answers that they could be.
@@ -358,12 +429,14 @@ def nodes_could_be_freed(
     domains: NodeDomains,
     allowed: npt.NDArray[np.bool_],
     units: Sequence[FreedUnit],
+    pods: UnitPods,
     caps: Mapping[str, Sequence[float]],
 ) -> bool:
     """Whether some domain (`domains`: each node's, -1: in none) has `count` nodes,
     each allowed and able to take one item asking `least` once the units it needs
     are gone, where those units, taken together, cost each queue no more than its
-    cap (`caps`, per resource bounded; a unit's `cost`). A node needs a unit when,
+    cap (`caps`, per resource bounded; a unit's `cost`; `pods`: the units' pods,
+    numbered as in `units`). A node needs a unit when,
     every other unit's pods there gone (`free` is each node's room now), it still
     cannot take one item. Judged only when no node could take two items with
     every unit gone (else True), and True also once `_UNIT_SETS` sets of units
@@ -378,19 +451,21 @@ def nodes_could_be_freed(
     tries (each within one take of a fresh budget) lets the gang fit: a
     rack-held gang whose racks each need victims of one queue beyond what it
     may give."""
-    room = free.copy()
-    on_node: dict[int, dict[int, Vector]] = {}
-    for number, unit in enumerate(units):
-        for node, held in unit.pods:
-            room[node] += held
-            there = on_node.setdefault(node, {})
-            there[number] = there.get(number, 0.0) + held
+    room = freed_room(free, pods)
     usable = allowed & (domains >= 0)
     fits = np.where(usable, pods_fitting(room, least), 0)
     if fits.max(initial=0) > 1:
         return True
     if _takes_as_is(free, least, count, domains, allowed):
         return True
+    # What each unit holds on each node that could take an item (the only nodes read).
+    on_node: dict[int, dict[int, Vector]] = {}
+    near = fits[pods.node] > 0
+    for number, node, held in zip(
+        pods.unit[near].tolist(), pods.node[near].tolist(), pods.held[near], strict=True
+    ):
+        there = on_node.setdefault(node, {})
+        there[number] = there.get(number, 0.0) + held
     try:
         for domain in np.unique(domains[fits > 0]).tolist():
             nodes = np.flatnonzero((domains == domain) & (fits > 0)).tolist()

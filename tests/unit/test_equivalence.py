@@ -362,7 +362,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (eviction, "kept_members", _members_afresh),
     (eviction, "no_domain_could_hold", lambda ctx, group, units, new_budget: False),
     (eviction, "could_fit_without", lambda tx, group, victims: True),
-    (eviction, "domain_could_hold_in_total", lambda tx, group, domains, units, budget: True),
+    (eviction, "domain_could_hold_in_total", lambda tx, group, domains, units, pods, budget: True),
     (consolidate, "domain_could_hold", lambda tx, group, domains, freed: True),
     (consolidate, "could_pack", lambda tx, target, moved: True),
     (FairShareBudget, "judged_key", lambda budget, taking: None),

@@ -6,16 +6,47 @@ and it catches what the counts before it miss (units spanning two racks)."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kai_ray.decisions import eviction
-from kai_ray.decisions.eviction import FreedUnit, nodes_could_be_freed
+from kai_ray.decisions.eviction import FreedUnit, UnitPods, nodes_could_be_freed
 from kai_ray.decisions.victims import pods_fitting
 
 QUEUES = ("q0", "q1")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A victim unit of a case: its queue, its cost, and each pod's node and holding."""
+
+    queue: str
+    cost: tuple[float, ...]
+    pods: tuple[tuple[int, np.ndarray], ...]
+
+
+def could_be_freed(
+    free: np.ndarray,
+    least: np.ndarray,
+    count: int,
+    domains: np.ndarray,
+    allowed: np.ndarray,
+    units: list[Unit],
+    caps: dict[str, tuple[float, ...]],
+) -> bool:
+    """`nodes_could_be_freed` with the units' pods laid out as the search lays them out."""
+    found = [(n, node, held) for n, unit in enumerate(units) for node, held in unit.pods]
+    width = free.shape[1]
+    pods = UnitPods(
+        np.array([n for n, _, _ in found], dtype=np.int64),
+        np.array([node for _, node, _ in found], dtype=np.int64),
+        np.array([held for _, _, held in found]).reshape(len(found), width),
+    )
+    freed = [FreedUnit(unit.queue, unit.cost) for unit in units]
+    return nodes_could_be_freed(free, least, count, domains, allowed, freed, pods, caps)
 
 
 def some_set_fits(
@@ -24,7 +55,7 @@ def some_set_fits(
     count: int,
     domains: np.ndarray,
     allowed: np.ndarray,
-    units: list[FreedUnit],
+    units: list[Unit],
     caps: dict[str, tuple[float, ...]],
 ) -> bool:
     """Whether some set of units within every cap, gone, leaves one domain whose
@@ -65,7 +96,7 @@ def cases(draw: st.DrawFn) -> tuple[object, ...]:
             gpus = draw(st.sampled_from([1.0, 2.0, 4.0, 8.0]))
             pods.append((node, np.array([min(gpus, capacity), 0.0])))
         cost = (sum(float(held[0]) for _, held in pods),)
-        units.append(FreedUnit(queue, cost, tuple(pods)))
+        units.append(Unit(queue, cost, tuple(pods)))
     caps = {q: (draw(st.sampled_from([0.0, 4.0, 8.0, 16.0, 100.0])) + 1e-9,) for q in QUEUES}
     least = np.array([draw(st.sampled_from([2.0, 4.0, 8.0])), 0.0])
     count = draw(st.integers(1, 3))
@@ -77,7 +108,7 @@ def cases(draw: st.DrawFn) -> tuple[object, ...]:
 def test_no_set_that_fits_is_ruled_out(case: tuple[object, ...]) -> None:
     free, least, count, domains, allowed, units, caps = case
     if some_set_fits(free, least, count, domains, allowed, units, caps):  # type: ignore[arg-type]
-        assert nodes_could_be_freed(free, least, count, domains, allowed, units, caps)  # type: ignore[arg-type]
+        assert could_be_freed(free, least, count, domains, allowed, units, caps)  # type: ignore[arg-type]
 
 
 def _rack_case() -> tuple[object, ...]:
@@ -85,8 +116,8 @@ def _rack_case() -> tuple[object, ...]:
     # (16 GPUs), u2 of q0 holds node 1 (8). q0 may give 16: rack A's two nodes need
     # u1 and u2 (24); rack B has one node. The counts pass: rack A frees 16 of q0.
     free = np.zeros((3, 1))
-    u1 = FreedUnit("q0", (16.0,), ((0, np.array([8.0])), (2, np.array([8.0]))))
-    u2 = FreedUnit("q0", (8.0,), ((1, np.array([8.0])),))
+    u1 = Unit("q0", (16.0,), ((0, np.array([8.0])), (2, np.array([8.0]))))
+    u2 = Unit("q0", (8.0,), ((1, np.array([8.0])),))
     domains = np.array([0, 0, 1])
     allowed = np.ones(3, dtype=bool)
     return free, np.array([8.0]), 2, domains, allowed, [u1, u2], {"q0": (16.0 + 1e-9,)}
@@ -95,12 +126,12 @@ def _rack_case() -> tuple[object, ...]:
 def test_units_spanning_racks_beyond_the_cap_are_ruled_out() -> None:
     case = _rack_case()
     assert not some_set_fits(*case)  # type: ignore[arg-type]
-    assert not nodes_could_be_freed(*case)  # type: ignore[arg-type]
+    assert not could_be_freed(*case)  # type: ignore[arg-type]
     free, least, count, domains, allowed, units, _ = case
     more = {"q0": (24.0 + 1e-9,)}
-    assert nodes_could_be_freed(free, least, count, domains, allowed, units, more)  # type: ignore[arg-type]
+    assert could_be_freed(free, least, count, domains, allowed, units, more)  # type: ignore[arg-type]
 
 
 def test_past_the_search_bound_the_sets_could_be_freed(monkeypatch: object) -> None:
     monkeypatch.setattr(eviction, "_UNIT_SETS", 0)  # type: ignore[attr-defined]
-    assert nodes_could_be_freed(*_rack_case())  # type: ignore[arg-type]
+    assert could_be_freed(*_rack_case())  # type: ignore[arg-type]
