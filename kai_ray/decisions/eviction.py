@@ -204,23 +204,49 @@ UNIT_PODS = MemoKey[UnitPods]("victim units' pods laid out")
 
 def unit_pods(tx: Transaction, units: Sequence[VictimUnit]) -> UnitPods:
     """The units' pods laid out (`UnitPods`), once per cycle for a list every job's
-    search shares (`running_units`'), so that a count reads arrays, not pods."""
-
-    def build() -> UnitPods:
-        snapshot, index = tx.snapshot, tx.snapshot.node_index
-        found = [(n, index[p.node or ""], p) for n, unit in enumerate(units) for p in unit.pods]
-        held = np.zeros((len(found), tx.free.shape[1]))
-        for row, (_, _, pod) in enumerate(found):
-            held[row] = held_vector(snapshot, pod)
-        return UnitPods(
-            np.array([n for n, _, _ in found], dtype=np.int64),
-            np.array([node for _, node, _ in found], dtype=np.int64),
-            held,
-        )
-
+    search shares, so that a count reads arrays, not pods. A list `running_units`
+    gave is cut from the untouched units' layout, itself joined from what each
+    group's layout keeps from cycle to cycle (`Untouched.laid_out`)."""
     if not isinstance(units, list):
-        return build()
-    return tx.memo.of_object(UNIT_PODS, units, None, build)
+        return lay_out(tx, units)
+    source = tx.memo.find(UNITS_FROM, id(units))
+    if source is not None and source[0] is units:
+        _, untouched, flags = source
+        build = lambda: untouched.laid_out(tx).of_units(flags)  # noqa: E731
+        return tx.memo.of_object(UNIT_PODS, units, None, build)
+    return tx.memo.of_object(UNIT_PODS, units, None, lambda: lay_out(tx, units))
+
+
+def lay_out(tx: Transaction, units: Sequence[VictimUnit]) -> UnitPods:
+    """The units' pods laid out, pod by pod (`UnitPods`)."""
+    snapshot, index = tx.snapshot, tx.snapshot.node_index
+    found = [(n, index[p.node or ""], p) for n, unit in enumerate(units) for p in unit.pods]
+    held = np.zeros((len(found), tx.free.shape[1]))
+    for row, (_, _, pod) in enumerate(found):
+        held[row] = held_vector(snapshot, pod)
+    return UnitPods(
+        np.array([n for n, _, _ in found], dtype=np.int64),
+        np.array([node for _, node, _ in found], dtype=np.int64),
+        held,
+    )
+
+
+#: Per node index and resource columns: a group's victim units' pods laid out (with
+#: the node index they were laid out on), kept from cycle to cycle with the group.
+GROUP_PODS = MemoKey[tuple[Mapping[str, int], UnitPods]]("a group's victim pods laid out")
+
+
+def _group_pods(tx: Transaction, group: PodGroupState, priority: int) -> UnitPods:
+    """The pods of the group's victim units (`_units_of`) laid out."""
+    snapshot = tx.snapshot
+    index = snapshot.node_index
+
+    def build() -> tuple[Mapping[str, int], UnitPods]:
+        return index, lay_out(tx, _units_of(tx, group, priority))
+
+    argument = (id(index), snapshot.resource_names)
+    laid_on, laid = kept_per_group(tx.memo, GROUP_PODS, argument, group, build)
+    return laid if laid_on is index else build()[1]
 
 
 def freed_room(free: Matrix, pods: UnitPods) -> Matrix:
@@ -458,20 +484,14 @@ def nodes_could_be_freed(
         return True
     if _takes_as_is(free, least, count, domains, allowed):
         return True
-    # What each unit holds on each node that could take an item (the only nodes read).
-    on_node: dict[int, dict[int, Vector]] = {}
-    near = fits[pods.node] > 0
-    for number, node, held in zip(
-        pods.unit[near].tolist(), pods.node[near].tolist(), pods.held[near], strict=True
-    ):
-        there = on_node.setdefault(node, {})
-        there[number] = there.get(number, 0.0) + held
+    needed = _needed_units(pods, fits > 0, room, least)
     try:
         for domain in np.unique(domains[fits > 0]).tolist():
             nodes = np.flatnonzero((domains == domain) & (fits > 0)).tolist()
-            if len(nodes) >= count and _could_free(
-                _needs(nodes, on_node, room, least), count, units, caps
-            ):
+            if len(nodes) < count:
+                continue
+            needs = Counter(frozenset(needed.get(node, ())) for node in nodes)
+            if _could_free(needs, count, units, caps):
                 return True
     except _TooMany:
         return True
@@ -487,21 +507,26 @@ def _takes_as_is(
     return bool(np.bincount(domains[as_is], minlength=1).max() >= count)
 
 
-def _needs(
-    nodes: Sequence[int], on_node: Mapping[int, Mapping[int, Vector]], room: Matrix, least: Vector
-) -> Counter[frozenset[int]]:
-    """How many of `nodes` need each set of units: those without which (every other
-    unit's pods there gone, `room`) a node cannot take one item asking `least`."""
-    pairs = [(node, number) for node in nodes for number in on_node.get(node, {})]
-    needed = set[tuple[int, int]]()
-    if pairs:
-        rows = np.array([room[node] - on_node[node][number] for node, number in pairs])
-        without = pods_fitting(rows, least) == 0
-        needed = {pair for pair, need in zip(pairs, without.tolist(), strict=True) if need}
-    return Counter(
-        frozenset(number for number in on_node.get(node, {}) if (node, number) in needed)
-        for node in nodes
-    )
+def _needed_units(
+    pods: UnitPods, near: npt.NDArray[np.bool_], room: Matrix, least: Vector
+) -> dict[int, list[int]]:
+    """Per node of `near` (a flag per node), the units it needs: those without which
+    (every other unit's pods there gone, `room`) it cannot take one item asking
+    `least`. What a unit holds on a node is summed pod by pod in order."""
+    on_near = near[pods.node]
+    node, unit = pods.node[on_near], pods.unit[on_near]
+    if not len(node):
+        return {}
+    # Each (node, unit) pair as one number, its pods' holdings summed in order.
+    width = int(unit.max()) + 1
+    pairs, which = np.unique(node * width + unit, return_inverse=True)
+    held = np.zeros((len(pairs), room.shape[1]))
+    np.add.at(held, which.reshape(-1), pods.held[on_near])
+    without = pods_fitting(room[pairs // width] - held, least) == 0
+    needed: dict[int, list[int]] = {}
+    for pair in pairs[without].tolist():
+        needed.setdefault(pair // width, []).append(pair % width)
+    return needed
 
 
 def _could_free(
@@ -898,8 +923,13 @@ def running_units(
         if (below is None or groups.lowest[queue] < below) and may_take(queue)
     )
     untouched = _untouched_units(ctx, protection, below)
+
     # Every job of a queue accepts the same queues: the list is made once per list.
-    build = lambda: untouched.accepted(accepted)  # noqa: E731
+    def build() -> tuple[list[VictimUnit], float | None]:
+        units, earliest, flags = untouched.accepted(accepted)
+        ctx.transaction.memo.keep(UNITS_FROM, id(units), (units, untouched, flags))
+        return units, earliest
+
     units, earliest = ctx.transaction.memo.of_object(RUNNING, untouched, accepted, build)
     if earliest is not None:
         before = protection.earliest_end
@@ -911,22 +941,60 @@ def running_units(
 class Untouched:
     """The untouched units of the groups that may give victims, in the snapshot's
     order, with each one's leaf queue (as an index into `queues`) and the end of the
-    min-runtime that protects it now (NaN: none does)."""
+    min-runtime that protects it now (NaN: none does); and per group, in order, the
+    group, its priority, how many units it has and which of them are untouched
+    (None: all), for laying their pods out (`laid_out`)."""
 
     queues: list[str]
     units: list[VictimUnit]
     queue_of: npt.NDArray[np.int64]
     ends: npt.NDArray[np.float64]
+    parts: list[tuple[PodGroupState, int, int, list[int] | None]]
 
-    def accepted(self, accepted: frozenset[str]) -> tuple[list[VictimUnit], float | None]:
-        """The units of the accepted queues no min-runtime protects, in order, and the
-        earliest end of the protections met among those queues' units."""
+    def accepted(
+        self, accepted: frozenset[str]
+    ) -> tuple[list[VictimUnit], float | None, npt.NDArray[np.bool_]]:
+        """The units of the accepted queues no min-runtime protects, in order, the
+        earliest end of the protections met among those queues' units, and which of
+        the units those are (a flag per unit)."""
         codes = [index for index, queue in enumerate(self.queues) if queue in accepted]
         taken = np.isin(self.queue_of, codes)
         protected = ~np.isnan(self.ends)
-        units = list(itertools.compress(self.units, (taken & ~protected).tolist()))
+        flags = taken & ~protected
+        units = list(itertools.compress(self.units, flags.tolist()))
         ends = self.ends[taken & protected]
-        return units, float(ends.min()) if ends.size else None
+        return units, float(ends.min()) if ends.size else None, flags
+
+    def laid_out(self, tx: Transaction) -> UnitPods:
+        """The units' pods laid out, joined from each group's kept layout."""
+
+        def build() -> UnitPods:
+            pieces: list[UnitPods] = []
+            offset = 0
+            for group, priority, count, kept in self.parts:
+                laid = _group_pods(tx, group, priority)
+                if kept is not None:
+                    flags = np.zeros(count, dtype=bool)
+                    flags[kept] = True
+                    laid, count = laid.of_units(flags), len(kept)
+                pieces.append(UnitPods(laid.unit + offset, laid.node, laid.held))
+                offset += count
+            if not pieces:
+                return lay_out(tx, [])
+            return UnitPods(
+                np.concatenate([piece.unit for piece in pieces]),
+                np.concatenate([piece.node for piece in pieces]),
+                np.concatenate([piece.held for piece in pieces]),
+            )
+
+        return tx.memo.of_object(UNTOUCHED_PODS, self, None, build)
+
+
+#: Per list of untouched units: their pods laid out (`Untouched.laid_out`).
+UNTOUCHED_PODS = MemoKey[UnitPods]("untouched victim pods laid out")
+#: Per id of a list `running_units` gave: the list, the untouched units it was cut
+#: from and which of them it holds (`unit_pods` cuts its layout from theirs).
+UNITS_FROM = MemoKey[tuple[list[VictimUnit], Untouched, npt.NDArray[np.bool_]]]("units cut from")
 
 
 #: Per (list of untouched units, queues accepted): the accepted queues' unprotected
@@ -958,13 +1026,17 @@ def _untouched_units(ctx: CycleContext, protection: Protection, below: int | Non
         units: list[VictimUnit] = []
         queue_of: list[int] = []
         ends: list[float] = []
+        parts: list[tuple[PodGroupState, int, int, list[int] | None]] = []
         removed = tx.removed
         for _, group, priority in heapq.merge(*chosen, key=lambda entry: entry[0]):
             if below is not None and priority >= below:
                 continue
             found, found_ends = _units_and_ends(tx, group, priority, protection)
+            kept: list[int] | None = None
             if removed:
                 kept = [i for i, u in enumerate(found) if all(p.key not in removed for p in u.pods)]
+            parts.append((group, priority, len(found), kept))
+            if kept is not None:
                 found, found_ends = [found[i] for i in kept], [found_ends[i] for i in kept]
             units += found
             ends += found_ends
@@ -976,6 +1048,7 @@ def _untouched_units(ctx: CycleContext, protection: Protection, below: int | Non
             units,
             np.array(queue_of, dtype=np.int64),
             np.where(raw > protection.now, raw, np.nan),
+            parts,
         )
 
     # The transaction is read for the pods it evicted alone: placements made meanwhile
