@@ -594,7 +594,7 @@ def whole_gangs(chosen: Sequence[VictimUnit], units: Sequence[VictimUnit]) -> li
 def _everything(units: Sequence[VictimUnit], budget: Budget) -> list[VictimUnit]:
     if budget.refuses_every(units):
         return []  # each `take` below would be refused
-    return [unit for unit in units if budget.take([unit])]
+    return budget.take_each(units)
 
 
 def _fit_and_trim(
@@ -688,7 +688,15 @@ def could_fit_without(tx: Transaction, group: PodGroupState, victims: Sequence[V
     domains = gang_domains(tx, group)
     if domains is None:
         return True
-    return domain_could_hold(tx, group, domains, [pod for unit in victims for pod in unit.pods])
+    free = tx.free.copy()
+    for unit in victims:  # pod after pod, in order, as `domain_could_hold` adds them
+        laid = tx.memo.of_object(UNIT_LAID_OUT, unit, None, lambda: lay_out(tx, [unit]))  # noqa: B023
+        np.add.at(free, laid.node, laid.held)
+    return domain_holds(tx, group, domains, free)
+
+
+#: Per victim unit: its pods laid out (`lay_out`); a unit is met in many victim sets.
+UNIT_LAID_OUT = MemoKey[UnitPods]("a victim unit's pods laid out")
 
 
 #: Per transaction version: the victim options found (`victims.FoundOptions`).

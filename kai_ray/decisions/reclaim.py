@@ -211,6 +211,23 @@ class FairShareBudget(Budget):
         self._refused.clear()
         return True
 
+    def take_each(self, units: Sequence[VictimUnit]) -> list[VictimUnit]:
+        """`Budget.take_each`: a unit alike to one refused since the budget last took
+        (the same leaf and requests: all `take` reads of a unit) is refused without
+        being judged again, since a refusal changes nothing."""
+        kept: list[VictimUnit] = []
+        refused: set[tuple[str, Resources]] = set()
+        for unit in units:
+            kind = (unit.queue, unit.requests)
+            if kind in refused:
+                continue
+            if self.take([unit]):
+                kept.append(unit)
+                refused.clear()
+            else:
+                refused.add(kind)
+        return kept
+
     def judged_key(
         self, taking: Mapping[str, Mapping[str, float]]
     ) -> tuple[tuple[object, ...], ...] | None:

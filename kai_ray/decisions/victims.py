@@ -106,6 +106,11 @@ class Budget:
         """Whether all of `units` may go (and, if so, count them as gone)."""
         return True
 
+    def take_each(self, units: Sequence[VictimUnit]) -> list[VictimUnit]:
+        """The units `take([unit])` accepts, asked one after another in order (each
+        one accepted counted as gone before the next is asked)."""
+        return [unit for unit in units if self.take([unit])]
+
     def refuses_every(self, units: Sequence[VictimUnit]) -> bool:
         """True only when `take` will refuse every non-empty set of `units`, now and
         after: the search then gives up without weighing a node (with a deep

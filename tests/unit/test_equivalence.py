@@ -32,9 +32,10 @@ drawn from a small palette of shapes so that equivalent gangs abound):
   budget refuses each possible victim on its own (plain: every node weighed and
   every option offered to the budget);
 - `FairShareBudget.judged_key`: a budget refuses what it refused since it last
-  took without judging it again, and `FairShareBudget.takes_alone` keeps its
-  answers per victim queue and amounts (plain: judged every time; a fresh budget
-  per unit);
+  took without judging it again (`FairShareBudget.take_each`: nor a unit alike
+  to one it refused since, when it offers every unit one by one), and
+  `FairShareBudget.takes_alone` keeps its answers per victim queue and amounts
+  (plain: judged every time; a fresh budget per unit);
 - `consolidate.total_free`, the free room added up once per transaction version
   (plain: added up for every waiting gang);
 - `consolidate.movable_gangs`, worked out once per transaction version and
@@ -79,7 +80,7 @@ from kai_ray.decisions.placement import gang, gang_tree
 from kai_ray.decisions.plan import Plan
 from kai_ray.decisions.reclaim import FairShareBudget
 from kai_ray.decisions.runtime import Protection
-from kai_ray.decisions.victims import VictimUnit
+from kai_ray.decisions.victims import Budget, VictimUnit
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
 from kai_ray.values.clock import unix_seconds
@@ -366,6 +367,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (consolidate, "domain_could_hold", lambda tx, group, domains, freed: True),
     (consolidate, "could_pack", lambda tx, target, moved: True),
     (FairShareBudget, "judged_key", lambda budget, taking: None),
+    (FairShareBudget, "take_each", Budget.take_each),
     (
         FairShareBudget,
         "takes_alone",
