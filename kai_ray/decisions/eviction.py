@@ -779,7 +779,8 @@ def release_terminating(ctx: CycleContext) -> list[PodState]:
 
 class Refusals:
     """The jobs one run of an evicting action tried and made no room for, kept by
-    everything the attempt reads (`refusal_key`), with the wake-up it asked for.
+    everything the attempt reads (the state, and the job's kind: `refusal_kinds`),
+    with the wake-up it asked for.
 
     With a deep backlog most jobs wait behind others of the same shape in the
     same queue; while nothing is placed or booked, such a job meets the same
@@ -791,14 +792,19 @@ class Refusals:
     `wake_at` only comes earlier)."""
 
     def __init__(self) -> None:
-        self._known: dict[Hashable, float | None] = {}
+        #: Per state (the transaction's and the ledger's versions), per kind of job.
+        self._known: dict[tuple[int, int], dict[Hashable, float | None]] = {}
+
+    def _at(self, ctx: CycleContext) -> dict[Hashable, float | None]:
+        """The refusals kept at the state as it is."""
+        return self._known.setdefault((ctx.transaction.version, ctx.ledger.version), {})
 
     def attempt(self, ctx: CycleContext, candidate: Candidate, attempt: Attempt) -> bool:
         """`attempt(candidate, False)`, unless an equal job was refused at the same
         state; whether it changed the state (it made room and was booked)."""
-        key = refusal_key(ctx, candidate)
-        if key is not None and key in self._known:
-            wake = self._known[key]
+        kind, known = refusal_kinds(ctx)(candidate), self._at(ctx)
+        if kind is not None and kind in known:
+            wake = known[kind]
             if wake is not None:
                 ctx.plan.wake_no_later_than(wake)
             return False
@@ -807,8 +813,8 @@ class Refusals:
         attempt(candidate, False)
         if _state(ctx) != before:
             return True
-        if key is not None:
-            self._known[key] = ctx.plan.wake_at if ctx.plan.wake_at != wake_at else None
+        if kind is not None:
+            known[kind] = ctx.plan.wake_at if ctx.plan.wake_at != wake_at else None
         return False
 
     def judge(
@@ -816,23 +822,24 @@ class Refusals:
     ) -> list[float | None] | None:
         """Each kind of job among `jobs` searched once, speculatively, at the state as
         it is (`attempt(candidate, True)`: nothing booked, the transaction as it was):
-        the wake-ups the jobs would ask for when no search found room, else None
-        (stopping at the first that did). A kind that found none is kept, with the
-        very wake-up it asked for, so that its jobs' turns are answered by it."""
+        the wake-ups the jobs would ask for when no search found room (one per kind),
+        else None (stopping at the first that did). A kind that found none is kept,
+        with the very wake-up it asked for, so that its jobs' turns are answered by it."""
         judged: set[Hashable] = set()
         wakes: list[float | None] = []
         plan = ctx.plan
-        # The state does not move while the jobs are judged (a search that moved it raises).
-        key_of = refusal_keys(ctx)
+        # The state does not move while the jobs are judged (a search that moved it
+        # raises): the refusals kept at it and the kinds are read once for the walk.
+        known, kind_of = self._at(ctx), refusal_kinds(ctx)
         for candidate in jobs:
-            key = key_of(candidate)
-            if key is not None:
-                if key in self._known:
-                    wakes.append(self._known[key])
+            kind = kind_of(candidate)
+            if kind is not None:
+                if kind in judged:
                     continue
-                if key in judged:
+                judged.add(kind)
+                if kind in known:
+                    wakes.append(known[kind])
                     continue
-                judged.add(key)
             before, wake_at = _state(ctx), plan.wake_at
             plan.wake_at = None
             try:
@@ -844,8 +851,8 @@ class Refusals:
                 raise RuntimeError(changed)
             if found:
                 return None
-            if key is not None:
-                self._known[key] = asked
+            if kind is not None:
+                known[kind] = asked
             wakes.append(asked)
         return wakes
 
@@ -865,7 +872,7 @@ def attempt_in_turn(ctx: CycleContext, waiting: WaitingJobs, attempt: Attempt) -
 
     While the state does not change, a job's attempt that finds no room changes
     nothing but the wake-up it asks for, and wake-ups combine whatever their
-    order (the earliest wins). So the kinds of job still waiting (`refusal_key`;
+    order (the earliest wins). So the kinds of job still waiting (`refusal_kinds`;
     a job without one is a kind of its own) are first each searched once,
     speculatively (`Refusals.judge`). When none finds room, the run is over:
     every job's turn would meet its kind's refusal, so only the wake-ups are
@@ -886,28 +893,18 @@ def attempt_in_turn(ctx: CycleContext, waiting: WaitingJobs, attempt: Attempt) -
                 break
 
 
-def refusal_key(ctx: CycleContext, candidate: Candidate) -> Hashable | None:
-    """What an evicting action's attempt reads: the state (the transaction's version
-    names its free room, placements and evictions; the ledger's, what the queues
-    hold), the job's queue, namespace, priority and preemptibility (admission,
-    the victims' queues and priorities), its request (the budget), and what
-    placement reads of it (`equivalence.signature`, which also gives `job_need`'s
-    pods and their node filters): the gang's `alike.alike_key` (the candidates
-    here ask for their gang's missing minimum at its priority, `candidate_for`).
-    None for a job placement has no signature for."""
-    return refusal_keys(ctx)(candidate)
-
-
-def refusal_keys(ctx: CycleContext) -> Callable[[Candidate], Hashable | None]:
-    """`refusal_key` for the many jobs of one walk while the state does not change:
-    the state and the cycle's kept keys (`alike.alike_keys`) read once."""
-    key_of, state = alike_keys(ctx), (ctx.transaction.version, ctx.ledger.version)
-
-    def key(candidate: Candidate) -> Hashable | None:
-        alike = key_of(candidate.group)
-        return None if alike is None else (*state, alike)
-
-    return key
+def refusal_kinds(ctx: CycleContext) -> Callable[[Candidate], Hashable | None]:
+    """What an evicting action's attempt reads of a job, besides the state (the
+    transaction's version names its free room, placements and evictions; the
+    ledger's, what the queues hold): its queue, namespace, priority and
+    preemptibility (admission, the victims' queues and priorities), its request
+    (the budget), and what placement reads of it (`equivalence.signature`, which
+    also gives `job_need`'s pods and their node filters): the gang's
+    `alike.alike_key` (the candidates here ask for their gang's missing minimum
+    at its priority, `candidate_for`). None for a job placement has no signature
+    for. For the many jobs of one walk, the cycle's kept keys read once."""
+    key_of = alike_keys(ctx)
+    return lambda candidate: key_of(candidate.group)
 
 
 def running_units(
