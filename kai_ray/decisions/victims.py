@@ -265,7 +265,10 @@ def _weigh(
 ) -> list[_NodeOption]:
     """Every allowed node's option for `missing` pods (`_node_options`), least
     disruptive per pod first."""
-    by_node = _units_by_node(sorted(units, key=unit_order), need.allowed, node_of)
+    if kept is None:
+        by_node = _units_by_node(sorted(units, key=unit_order), need.allowed, node_of)
+    else:
+        by_node = kept.by_node(units, need.allowed, node_of)
     sizes: dict[int, list[int]] = {}
     for node, on_node in by_node.items():
         sizes.setdefault(len(on_node), []).append(node)
@@ -319,14 +322,36 @@ class KeptOptions:
     def __init__(self) -> None:
         self._layout: tuple[object, ...] = ()
         self._by_need: dict[tuple[object, ...], _NodeEntries] = {}
+        #: The lists of units met last, each by node for one set of allowed nodes, by
+        #: the list's id and the flags (the list kept, so that its id names it).
+        self._by_node: dict[
+            tuple[int, bytes], tuple[Sequence[VictimUnit], dict[int, list[VictimUnit]]]
+        ] = {}
 
     def follow(self, layout: tuple[object, ...]) -> KeptOptions:
         """The nodes' and resources' layout of this search's snapshot: another layout
         starts afresh (compared by identity, then by value)."""
         if layout is not self._layout and layout != self._layout:
             self._by_need.clear()
+            self._by_node.clear()
         self._layout = layout
         return self
+
+    def by_node(
+        self, units: Sequence[VictimUnit], allowed: Flags, node_of: NodeOf
+    ) -> dict[int, list[VictimUnit]]:
+        """`_units_by_node` of the units in `unit_order`, kept for the very list (the
+        lists searched are shared and never changed: every job of a queue meets the
+        same one) and the same allowed nodes; read only. A pod's node is read by the
+        layout followed."""
+        key = (id(units), allowed.tobytes())
+        found = self._by_node.get(key)
+        if found is None or found[0] is not units:
+            found = (units, _units_by_node(sorted(units, key=unit_order), allowed, node_of))
+            if len(self._by_node) >= self.AT_MOST:
+                del self._by_node[next(iter(self._by_node))]
+            self._by_node[key] = found
+        return found[1]
 
     def search(self, need: Need, missing: int) -> _NodeEntries:
         key = (need.vector.tobytes(), need.gpu_column, missing)
