@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from hypothesis import given, settings
@@ -28,22 +29,15 @@ class Unit:
     pods: tuple[tuple[int, np.ndarray], ...]
 
 
-def could_be_freed(
-    free: np.ndarray,
-    least: np.ndarray,
-    count: int,
-    domains: np.ndarray,
-    allowed: np.ndarray,
-    units: list[Unit],
-    caps: dict[str, tuple[float, ...]],
-) -> bool:
-    """`nodes_could_be_freed` with the units' pods laid out as the search lays them out."""
+def could_be_freed(case: tuple[Any, ...]) -> bool:
+    """`nodes_could_be_freed` on a case (`cases`), its units' pods laid out as the
+    search lays them out."""
+    free, least, count, domains, allowed, units, caps = case
     found = [(n, node, held) for n, unit in enumerate(units) for node, held in unit.pods]
-    width = free.shape[1]
     pods = UnitPods(
         np.array([n for n, _, _ in found], dtype=np.int64),
         np.array([node for _, node, _ in found], dtype=np.int64),
-        np.array([held for _, _, held in found]).reshape(len(found), width),
+        np.array([held for _, _, held in found]).reshape(len(found), free.shape[1]),
     )
     freed = [FreedUnit(unit.queue, unit.cost) for unit in units]
     return nodes_could_be_freed(free, least, count, domains, allowed, freed, pods, caps)
@@ -108,7 +102,7 @@ def cases(draw: st.DrawFn) -> tuple[object, ...]:
 def test_no_set_that_fits_is_ruled_out(case: tuple[object, ...]) -> None:
     free, least, count, domains, allowed, units, caps = case
     if some_set_fits(free, least, count, domains, allowed, units, caps):  # type: ignore[arg-type]
-        assert could_be_freed(free, least, count, domains, allowed, units, caps)  # type: ignore[arg-type]
+        assert could_be_freed(case)
 
 
 def _rack_case() -> tuple[object, ...]:
@@ -126,12 +120,12 @@ def _rack_case() -> tuple[object, ...]:
 def test_units_spanning_racks_beyond_the_cap_are_ruled_out() -> None:
     case = _rack_case()
     assert not some_set_fits(*case)  # type: ignore[arg-type]
-    assert not could_be_freed(*case)  # type: ignore[arg-type]
+    assert not could_be_freed(case)
     free, least, count, domains, allowed, units, _ = case
     more = {"q0": (24.0 + 1e-9,)}
-    assert could_be_freed(free, least, count, domains, allowed, units, more)  # type: ignore[arg-type]
+    assert could_be_freed((free, least, count, domains, allowed, units, more))
 
 
 def test_past_the_search_bound_the_sets_could_be_freed(monkeypatch: object) -> None:
     monkeypatch.setattr(eviction, "_UNIT_SETS", 0)  # type: ignore[attr-defined]
-    assert could_be_freed(*_rack_case())  # type: ignore[arg-type]
+    assert could_be_freed(_rack_case())
