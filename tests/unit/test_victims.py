@@ -317,8 +317,9 @@ def test_options_kept_across_searches_choose_what_a_fresh_search_chooses(
 ) -> None:
     """Searches one after another, between which a node's free room changes, a group
     goes (its units with it), or a group is cut into units again (new objects, equal
-    values): with one `KeptOptions` for all of them, each chooses the victims a
-    search keeping nothing chooses."""
+    values), each list searched with two sets of allowed nodes: with one
+    `KeptOptions` for all of them, each chooses the victims a search keeping nothing
+    chooses."""
     found = groups(*((f"g{i}", m, g, nodes, c) for i, (m, g, nodes, c, _) in enumerate(specs)))
     priority = {f"g{i}": spec[4] for i, spec in enumerate(specs)}
 
@@ -344,13 +345,16 @@ def test_options_kept_across_searches_choose_what_a_fresh_search_chooses(
             name = names[where % len(names)]
             units_by_group[name] = cut(found[name])
         units = [u for group_units in units_by_group.values() for u in group_units]
-        need = Need(np.array([0.0, 0.0, gpus, 0.0]), count, np.array(allowed), GPU_COLUMN)
-        fresh = select_victims(free, need, units, vector, node_of, Budget())
-        with_kept = select_victims(free, need, units, vector, node_of, Budget(), kept=kept)
-        labels = [None if c is None else [u.label() for u in c] for c in (with_kept, fresh)]
-        assert labels[0] == labels[1]
-        if with_kept:
-            assert all(any(u is v for v in units) for u in with_kept), "the search's own units"
+        # The same list searched again with other nodes allowed: what `kept` holds of
+        # the list by node is for one set of allowed nodes only.
+        for flags in (allowed, [not flag for flag in allowed]):
+            need = Need(np.array([0.0, 0.0, gpus, 0.0]), count, np.array(flags), GPU_COLUMN)
+            fresh = select_victims(free, need, units, vector, node_of, Budget())
+            with_kept = select_victims(free, need, units, vector, node_of, Budget(), kept=kept)
+            labels = [None if c is None else [u.label() for u in c] for c in (with_kept, fresh)]
+            assert labels[0] == labels[1]
+            if with_kept:
+                assert all(any(u is v for v in units) for u in with_kept), "the search's own units"
 
 
 @settings(max_examples=300, deadline=None)
