@@ -44,7 +44,7 @@ from kai_ray.decisions.alike import alike_keys
 from kai_ray.decisions.booking import book
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.fairness import quota_of
-from kai_ray.decisions.kept import kept_per_group
+from kai_ray.decisions.kept import PER_GROUP, kept_per_group
 from kai_ray.decisions.ordering import (
     Candidate,
     WaitingJobs,
@@ -231,22 +231,12 @@ def lay_out(tx: Transaction, units: Sequence[VictimUnit]) -> UnitPods:
     )
 
 
-#: Per node index and resource columns: a group's victim units' pods laid out (with
-#: the node index they were laid out on), kept from cycle to cycle with the group.
-GROUP_PODS = MemoKey[tuple[Mapping[str, int], UnitPods]]("a group's victim pods laid out")
-
-
-def _group_pods(tx: Transaction, group: PodGroupState, priority: int) -> UnitPods:
-    """The pods of the group's victim units (`_units_of`) laid out."""
-    snapshot = tx.snapshot
-    index = snapshot.node_index
-
-    def build() -> tuple[Mapping[str, int], UnitPods]:
-        return index, lay_out(tx, _units_of(tx, group, priority))
-
-    argument = (id(index), snapshot.resource_names)
-    laid_on, laid = kept_per_group(tx.memo, GROUP_PODS, argument, group, build)
-    return laid if laid_on is index else build()[1]
+#: By group key, under one node index and set of resource columns: a group's victim
+#: units' pods laid out, with how many pods each unit has and the node index they were
+#: laid out on, kept from cycle to cycle with the group (`KeptPerGroup.flat`).
+GROUP_PODS = MemoKey[tuple[Mapping[str, int], UnitPods, npt.NDArray[np.int64]]](
+    "a group's victim pods laid out"
+)
 
 
 def freed_room(free: Matrix, pods: UnitPods) -> Matrix:
@@ -971,32 +961,86 @@ class Untouched:
         return units, float(ends.min()) if ends.size else None, flags
 
     def laid_out(self, tx: Transaction) -> UnitPods:
-        """The units' pods laid out, joined from each group's kept layout."""
+        """The units' pods laid out, joined from each group's kept layout: its nodes
+        and holdings in order, and each unit's number from how many pods each has
+        (a group lays its units out one after the other)."""
 
         def build() -> UnitPods:
-            pieces: list[UnitPods] = []
-            offset = 0
+            nodes: list[npt.NDArray[np.int64]] = []
+            held: list[Matrix] = []
+            sizes: list[npt.NDArray[np.int64]] = []
+            kept_laid = _kept_group_pods(tx)
             for group, priority, count, kept in self.parts:
-                laid = _group_pods(tx, group, priority)
-                if kept is not None:
-                    flags = np.zeros(count, dtype=bool)
-                    flags[kept] = True
-                    laid, count = laid.of_units(flags), len(kept)
-                pieces.append(UnitPods(laid.unit + offset, laid.node, laid.held))
-                offset += count
-            if not pieces:
+                found = kept_laid.get(group.key)
+                if found is None or found[0] is not group:
+                    found = (group, _lay_out_group(tx, group, priority))
+                    kept_laid[group.key] = found
+                laid, per_unit = found[1][1], found[1][2]
+                if kept is None:
+                    nodes.append(laid.node)
+                    held.append(laid.held)
+                    sizes.append(per_unit)
+                    continue
+                flags = np.zeros(count, dtype=bool)
+                flags[kept] = True
+                chosen = flags[laid.unit]
+                nodes.append(laid.node[chosen])
+                held.append(laid.held[chosen])
+                sizes.append(per_unit[kept])
+            if not nodes:
                 return lay_out(tx, [])
+            per_unit = np.concatenate(sizes)
             return UnitPods(
-                np.concatenate([piece.unit for piece in pieces]),
-                np.concatenate([piece.node for piece in pieces]),
-                np.concatenate([piece.held for piece in pieces]),
+                np.repeat(np.arange(len(per_unit), dtype=np.int64), per_unit),
+                np.concatenate(nodes),
+                np.concatenate(held),
             )
 
         return tx.memo.of_object(UNTOUCHED_PODS, self, None, build)
 
 
+def _kept_group_pods(
+    tx: Transaction,
+) -> dict[str, tuple[PodGroupState, tuple[Mapping[str, int], UnitPods, npt.NDArray[np.int64]]]]:
+    """The groups' layouts kept from cycle to cycle for the snapshot's node index and
+    resource columns (a fresh table, kept for this cycle only, when nothing is kept
+    across cycles)."""
+    snapshot = tx.snapshot
+    index = snapshot.node_index
+
+    def fresh() -> dict[
+        str, tuple[PodGroupState, tuple[Mapping[str, int], UnitPods, npt.NDArray[np.int64]]]
+    ]:
+        return {}
+
+    per_group = tx.memo.find(PER_GROUP, None)
+    if per_group is None:
+        return tx.memo.get(GROUP_PODS_NOW, None, fresh)
+    table = per_group.flat(GROUP_PODS, (id(index), snapshot.resource_names))
+    # An id is reused once its object is gone: layouts on another index are dropped
+    # (they come first in the table, the oldest entries, when there are any).
+    first = next(iter(table.values()), None)
+    if first is not None and first[1][0] is not index:
+        table.clear()
+    return table
+
+
+def _lay_out_group(
+    tx: Transaction, group: PodGroupState, priority: int
+) -> tuple[Mapping[str, int], UnitPods, npt.NDArray[np.int64]]:
+    """The pods of the group's victim units (`_units_of`) laid out, with how many pods
+    each unit has, and the node index they were laid out on."""
+    units = _units_of(tx, group, priority)
+    sizes = np.array([len(unit.pods) for unit in units], dtype=np.int64)
+    return tx.snapshot.node_index, lay_out(tx, units), sizes
+
+
 #: Per list of untouched units: their pods laid out (`Untouched.laid_out`).
 UNTOUCHED_PODS = MemoKey[UnitPods]("untouched victim pods laid out")
+#: The groups' layouts for this cycle alone, when nothing is kept across cycles.
+GROUP_PODS_NOW = MemoKey[
+    dict[str, tuple[PodGroupState, tuple[Mapping[str, int], UnitPods, npt.NDArray[np.int64]]]]
+]("groups' victim pods laid out this cycle")
 #: Per id of a list `running_units` gave: the list, the untouched units it was cut
 #: from and which of them it holds (`unit_pods` cuts its layout from theirs).
 UNITS_FROM = MemoKey[tuple[list[VictimUnit], Untouched, npt.NDArray[np.bool_]]]("units cut from")

@@ -66,6 +66,7 @@ import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -80,7 +81,9 @@ from kai_ray.decisions.placement import gang, gang_tree
 from kai_ray.decisions.plan import Plan
 from kai_ray.decisions.reclaim import FairShareBudget
 from kai_ray.decisions.runtime import Protection
+from kai_ray.decisions.totals import GroupTotals
 from kai_ray.decisions.victims import Budget, VictimUnit
+from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, TOPOLOGY, ClusterCache
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
 from kai_ray.values.clock import unix_seconds
@@ -538,6 +541,88 @@ def test_most_taken_bounds_what_any_take_of_a_fresh_budget_lets_go(
     monkeypatch.setattr(FairShareBudget, "take", checked)
     _plan(objects)
     assert not over
+
+
+@st.composite
+def elastic_runs(draw: st.DrawFn) -> tuple[ClusterCache, list[list[tuple[str, str]]]]:
+    """A cluster cache whose nodes are full of preemptible gangs of team-a and team-b
+    (quota 0) of one to four 4-GPU pods, some above their minimum (so a gang is cut
+    into several victim units, of one pod or of its minimum core), with team-c
+    (quota 64) waiting; and, for each cycle after the first, the running pods
+    deleted before it (their gangs change)."""
+    node_count = draw(st.integers(2, 6))
+    cache = ClusterCache()
+    cache.upsert(make_queue("root").build(), QUEUE)
+    for team, quota in zip(TEAMS, (0, 0, 64), strict=True):
+        cache.upsert(make_queue(team).parent("root").gpu(quota=quota).build(), QUEUE)
+    topology = make_topology("dc", "rack").hostname().build()
+    cache.upsert(topology, TOPOLOGY)
+    slots = [f"n{i}" for i in range(node_count) for _ in range(2)]
+    for name in dict.fromkeys(slots):
+        node = make_node(name).gpus(8).in_domains(rack=f"r{int(name[1:]) % 2}").build()
+        cache.upsert(node, NODE)
+    slots = draw(st.permutations(slots))
+    running: list[tuple[str, str]] = []
+    while slots:
+        size = draw(st.integers(1, min(4, len(slots))))
+        name, (on, slots) = f"run-{len(running)}", (slots[:size], slots[size:])
+        group = make_pod_group(name).queue(draw(st.sampled_from(TEAMS[:2])))
+        cache.upsert(group.min_member(draw(st.integers(1, size))).created(0).build(), POD_GROUP)
+        for k, node_name in enumerate(on):
+            pod = make_pod(f"{name}-{k}").gpus(4).group(name).created(draw(st.integers(0, 20)))
+            cache.upsert(pod.on(node_name).phase("Running").build(), POD)
+            running.append((name, f"default/{name}-{k}"))
+    for j in range(draw(st.integers(1, 6))):
+        size, gpus = draw(st.sampled_from(((1, 4), (2, 4), (2, 8), (3, 4))))
+        rack = draw(st.booleans())
+        group = make_pod_group(f"wait-{j}").queue("team-c").min_member(size)
+        cache.upsert((group.topology("dc", required="rack") if rack else group).build(), POD_GROUP)
+        for k in range(size):
+            cache.upsert(make_pod(f"wait-{j}-{k}").gpus(gpus).group(f"wait-{j}").build(), POD)
+    gone = [
+        draw(st.lists(st.sampled_from([pod for _, pod in running]), max_size=2, unique=True))
+        for _ in range(2)
+    ]
+    return cache, gone
+
+
+def test_victim_pods_laid_out_from_kept_layouts_are_those_laid_out_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every list of victim units whose pods a count reads (`eviction.unit_pods`: cut
+    from the untouched units' layout, joined from each group's layout kept from
+    cycle to cycle) has the layout `eviction.lay_out` makes pod by pod: the same
+    units, nodes and holdings in the same order. Three cycles on one cache and one
+    `GroupTotals`, running pods deleted between them (their gangs change); reclaim's
+    evictions in a cycle leave gangs partly untouched."""
+    compared: list[int] = []
+    differ: list[str] = []
+    original = eviction.unit_pods
+
+    def checked(tx: Any, units: Sequence[VictimUnit]) -> eviction.UnitPods:
+        laid = original(tx, units)
+        fresh = eviction.lay_out(tx, units)
+        compared.append(len(units))
+        for field in ("unit", "node", "held"):
+            if not np.array_equal(getattr(laid, field), getattr(fresh, field)):
+                differ.append(f"{field} of {[unit.label() for unit in units]}")
+        return laid
+
+    monkeypatch.setattr(eviction, "unit_pods", checked)
+
+    @drawn(80)
+    @given(run=elastic_runs())
+    def cycles(run: tuple[ClusterCache, list[list[str]]]) -> None:
+        cache, gone = run
+        kept = GroupTotals()
+        for cycle, deleted in enumerate([[], *gone], start=1):
+            for pod in deleted:
+                cache.delete(POD, pod)
+            run_cycle(cache.snapshot(), SchedulerConfig(), cycle, NOW, totals=kept)
+
+    cycles()
+    assert not differ
+    assert any(compared), "no count read a layout: the check compared nothing"
 
 
 @pytest.mark.parametrize(
