@@ -51,8 +51,21 @@ def alike_key(ctx: CycleContext, group: PodGroupState) -> Hashable | None:
 
 def alike_keys(ctx: CycleContext) -> Callable[[PodGroupState], Hashable | None]:
     """`alike_key` for the many gangs of one walk, the keys kept for the cycle
-    looked up once for the walk rather than once per gang."""
-    return functools.partial(_key, ctx, _this_cycle(ctx))
+    looked up once for the walk rather than once per gang; a gang whose key is kept
+    for its very state, no member of it placed this cycle, is answered by the look-up
+    alone (as `_key` answers it)."""
+    keys = _this_cycle(ctx)
+    if keys is None:
+        return functools.partial(_key, ctx, None)
+    placed_pending = ctx.transaction.placed_pending
+
+    def key_of(group: PodGroupState) -> Hashable | None:
+        found = keys.get(group.key)
+        if found is not None and found[0] is group and not placed_pending(group.key):
+            return found[1]
+        return _key(ctx, keys, group)
+
+    return key_of
 
 
 def _key(
