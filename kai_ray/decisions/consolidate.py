@@ -60,6 +60,7 @@ from kai_ray.decisions.transaction import Matrix, MemoKey, Transaction, held_vec
 from kai_ray.decisions.victims import Vector, newest_first
 from kai_ray.decisions.waiting import waiting_asks, waiting_in_turn
 from kai_ray.state.groups import PodGroupState
+from kai_ray.values.arrays import add_rows
 from kai_ray.values.clock import unix_seconds
 from kai_ray.values.config import SchedulerConfigSpec, duration_seconds
 from kai_ray.values.resources import EPSILON, GPU, Resources
@@ -395,7 +396,7 @@ def could_pack(tx: Transaction, target: PodGroupState, moved: Sequence[PodGroupS
     free = np.maximum(tx.free, 0.0)  # a copy
     freed = [_freed(tx, gang) for gang in moved]
     for gang in freed:
-        np.add.at(free, gang.nodes, gang.rows)
+        add_rows(free, gang.nodes, gang.rows)
     # the target's members as the least of its pending pods ask, resource by resource
     # (whichever of them placement completes its minimum with)
     snapshot = tx.snapshot

@@ -74,6 +74,7 @@ from kai_ray.decisions.victims import (
 )
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
+from kai_ray.values.arrays import add_rows
 from kai_ray.values.resources import EPSILON, GPU, NO_RESOURCES, Resources
 
 #: Selections tried before giving up on a job: the need, then with this much more room each.
@@ -243,7 +244,7 @@ def freed_room(free: Matrix, pods: UnitPods) -> Matrix:
     """`free` with what `pods` hold added on their nodes, pod after pod in order (the
     very sums a walk over the pods makes: `np.add.at` adds unbuffered, in order)."""
     room = free.copy()
-    np.add.at(room, pods.node, pods.held)
+    add_rows(room, pods.node, pods.held)
     return room
 
 
@@ -371,7 +372,7 @@ def domain_could_hold_in_total(
     if not inside.any():
         return False
     room = np.zeros((int(domains[inside].max()) + 1, tx.free.shape[1]))
-    np.add.at(room, domains[inside], np.maximum(tx.free[inside], 0.0))
+    add_rows(room, domains[inside], np.maximum(tx.free[inside], 0.0))
     # Each leaf's freed room is added in the order its units come (the same sums).
     leaves: dict[str, int] = {}
     leaf_of_unit = np.array([leaves.setdefault(u.queue, len(leaves)) for u in units], np.int64)
@@ -381,7 +382,7 @@ def domain_could_hold_in_total(
     for leaf, code in leaves.items():
         mine = counted & (leaf_of_pod == code)
         freed = np.zeros_like(room)
-        np.add.at(freed, domain_of_pod[mine], pods.held[mine])
+        add_rows(freed, domain_of_pod[mine], pods.held[mine])
         cap = np.full(room.shape[1], np.inf)
         for resource, most in budget.most_taken(leaf).items():
             if resource in snapshot.resource_names:
@@ -511,7 +512,7 @@ def _needed_units(
     width = int(unit.max()) + 1
     pairs, which = np.unique(node * width + unit, return_inverse=True)
     held = np.zeros((len(pairs), room.shape[1]))
-    np.add.at(held, which.reshape(-1), pods.held[on_near])
+    add_rows(held, which.reshape(-1), pods.held[on_near])
     without = pods_fitting(room[pairs // width] - held, least) == 0
     needed: dict[int, list[int]] = {}
     for pair in pairs[without].tolist():
@@ -681,7 +682,7 @@ def could_fit_without(tx: Transaction, group: PodGroupState, victims: Sequence[V
     free = tx.free.copy()
     for unit in victims:  # pod after pod, in order, as `domain_could_hold` adds them
         laid = tx.memo.of_object(UNIT_LAID_OUT, unit, None, lambda: lay_out(tx, [unit]))  # noqa: B023
-        np.add.at(free, laid.node, laid.held)
+        add_rows(free, laid.node, laid.held)
     return domain_holds(tx, group, domains, free)
 
 

@@ -38,6 +38,7 @@ from kai_ray.state.dra import DeviceRef
 from kai_ray.state.dra_allocate import ClaimAllocation, result_of
 from kai_ray.state.pod_states import PodState
 from kai_ray.state.snapshot import POD_COUNT, Snapshot, vector_in
+from kai_ray.values.arrays import add_rows
 from kai_ray.values.resources import EPSILON, GPU, Resources
 
 Matrix = npt.NDArray[np.float64]
@@ -334,7 +335,7 @@ class Transaction:
         countable = np.where(self.snapshot.schedulable[:, None], np.maximum(self.free, 0.0), 0.0)
         inside = tree_level.node_domain >= 0
         sums = np.zeros((len(tree_level.domains), self.free.shape[1]), dtype=np.float64)
-        np.add.at(sums, tree_level.node_domain[inside], countable[inside])
+        add_rows(sums, tree_level.node_domain[inside], countable[inside])
         return sums
 
     def _node_changed(self, node: int, delta: Matrix) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kai_ray.values.api import Topology
+from kai_ray.values.arrays import add_rows
 
 #: Separates the values of nested levels in a domain id; label values cannot hold it.
 PATH_SEPARATOR = "/"
@@ -187,7 +188,7 @@ def _level(
         return _level_patched(index, layout, countable_free, previous, changed)
     free = np.zeros((len(layout.ids), width), dtype=np.float64)
     inside = layout.node_domain != OUTSIDE
-    np.add.at(free, layout.node_domain[inside], countable_free[inside])
+    add_rows(free, layout.node_domain[inside], countable_free[inside])
     free.setflags(write=False)
     if previous is not None and previous.free.shape == free.shape:
         same = (~np.any(previous.free != free, axis=1)).tolist()
@@ -219,7 +220,7 @@ def _level_patched(
         nodes = np.sort(np.concatenate([layout.members[int(i)] for i in touched]))
     slot = np.searchsorted(touched, layout.node_domain[nodes])
     sums = np.zeros((len(touched), countable_free.shape[1]), dtype=np.float64)
-    np.add.at(sums, slot, countable_free[nodes])
+    add_rows(sums, slot, countable_free[nodes])
     moved = np.any(previous.free[touched] != sums, axis=1)
     if not moved.any():
         return previous
