@@ -168,11 +168,11 @@ def no_domain_could_hold(
     kinds, of_unit = _unit_kinds(tx, units)
     takes = np.array([budget.takes_alone(unit) for unit in kinds], dtype=bool)
     # Each unit the budget takes alone, and their pods, laid out once per list of units.
-    taken = takes[np.asarray(of_unit, dtype=np.int64)] if kinds else np.zeros(0, dtype=bool)
+    taken = takes[of_unit] if kinds else np.zeros(0, dtype=bool)
     pods = unit_pods(tx, units).of_units(taken)
     if not domain_holds(tx, group, domains, freed_room(tx.free, pods)):
         return True
-    alone = [unit for unit, take in zip(units, taken.tolist(), strict=True) if take]
+    alone = list(itertools.compress(units, taken.tolist()))
     if not domain_could_hold_in_total(tx, group, domains, alone, pods, budget):
         return True
     constraint = group.spec.topologyConstraint
@@ -250,15 +250,17 @@ def freed_room(free: Matrix, pods: UnitPods) -> Matrix:
 
 #: Per list of units: one unit of each (leaf queue, requests) among them, and each
 #: unit's index among those.
-UNIT_KINDS = MemoKey[tuple[list[VictimUnit], list[int]]]("victim units by kind")
+UNIT_KINDS = MemoKey[tuple[list[VictimUnit], npt.NDArray[np.int64]]]("victim units by kind")
 
 
-def _unit_kinds(tx: Transaction, units: Sequence[VictimUnit]) -> tuple[list[VictimUnit], list[int]]:
+def _unit_kinds(
+    tx: Transaction, units: Sequence[VictimUnit]
+) -> tuple[list[VictimUnit], npt.NDArray[np.int64]]:
     """The units alike in all `Budget.takes_alone` reads (their leaf queue and their
     requests) once each, and the index of each unit's kind: a budget is asked once
     per kind, not once per unit (every job's search meets the same units)."""
 
-    def build() -> tuple[list[VictimUnit], list[int]]:
+    def build() -> tuple[list[VictimUnit], npt.NDArray[np.int64]]:
         index: dict[tuple[str, Resources], int] = {}
         kinds: list[VictimUnit] = []
         of_unit: list[int] = []
@@ -269,7 +271,7 @@ def _unit_kinds(tx: Transaction, units: Sequence[VictimUnit]) -> tuple[list[Vict
                 found = index[key] = len(kinds)
                 kinds.append(unit)
             of_unit.append(found)
-        return kinds, of_unit
+        return kinds, np.array(of_unit, dtype=np.int64)
 
     return tx.memo.of_object(UNIT_KINDS, units, None, build)
 

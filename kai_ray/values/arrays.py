@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-
 #: Below this many rows one 2-D call costs less than a call per column.
 FEW_ROWS = 128
 

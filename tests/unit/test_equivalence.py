@@ -359,7 +359,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (allocate, "alike_keys", lambda ctx: lambda group: None),
     (allocate._Allocation, "rest_wait", lambda allocation, waiting, known: False),
     (alike, "_this_cycle", lambda ctx: {}),
-    (eviction, "_unit_kinds", lambda tx, units: (list(units), list(range(len(units))))),
+    (eviction, "_unit_kinds", lambda tx, units: (list(units), np.arange(len(units)))),
     (eviction, "_freed", _freed_afresh),
     (consolidate, "kept_members", _members_afresh),
     (eviction, "kept_members", _members_afresh),
