@@ -194,3 +194,70 @@ def test_a_gang_with_a_member_held_by_a_gate_is_not_judged_alike_to_one_without(
         gang_tree.signature(tx, tx.snapshot.pod_groups[f"ns/{name}"]) for name in ("open", "gated")
     ]
     assert None not in signatures and signatures[0] != signatures[1]
+
+
+def test_a_failure_no_rack_held_is_carried_while_the_best_rack_has_the_same_room(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four 8-GPU nodes in two racks; a gang of three 8-GPU pods must share a rack.
+    Each rack has one free node: the best rack has room for 1. When r1's free node
+    fills up, a node's room moved but the best rack's did not: the kept failure
+    answers. When r0's second node is freed, the best rack has room for 2: the
+    failure is found afresh, and says so. When r1's node is freed again and r0's
+    filled, no rack holds the gang and the best has room for 2 again (another
+    rack): answered from the failure kept last."""
+    answered: list[bool] = []
+    original = carried.carried_failure
+
+    def spy(*args: Any) -> Any:
+        found = original(*args)
+        answered.append(found is not None)
+        return found
+
+    monkeypatch.setattr(gang_tree, "carried_failure", spy)
+    cache, across = _started_small(), KeptAcrossCycles()
+    for index in (2, 3):
+        shape = {"gpus": 8, "cpu": 64, "ready": True, "cordoned": False, "rack": f"r{index % 2}"}
+        cache.upsert(node(index, shape), NODE)
+    cache.upsert(make_topology("dc", "rack", "kubernetes.io/hostname").build(), TOPOLOGY)
+    group = make_pod_group("wait", "ns").queue("team").min_member(3)
+    cache.upsert(group.topology("dc", required="rack").build(), POD_GROUP)
+    for member in range(3):
+        pod = make_pod(f"w-{member}", "ns").scheduler(SCHEDULER).gpus(8).cpu(1).group("wait")
+        cache.upsert(pod.build(), POD)
+
+    def busy(name: str, on: str | None) -> None:
+        if on is None:
+            cache.delete(POD, f"ns/{name}")
+            return
+        running = make_pod(name, "ns").scheduler(SCHEDULER).gpus(8).cpu(1)
+        cache.upsert(running.on(on).phase("Running").build(), POD)
+
+    # n0 and n2 are in r0, n1 and n3 in r1.
+    busy("run-a", "n0")
+    busy("run-b", "n1")
+    reasons: list[str] = []
+    carried_now: list[bool] = []
+    for step in (
+        [],
+        [("run-c", "n3")],
+        [("run-a", None)],
+        [("run-c", None), ("run-b", None), ("run-d", "n2")],
+    ):
+        for name, on in step:
+            busy(name, on)
+        fresh = Transaction(build_snapshot(cache.objects(), scheduler_name=SCHEDULER))
+        afresh = place_gang(fresh, fresh.snapshot.pod_groups["ns/wait"], CONFIG)
+        answered.clear()
+        tx = _kept_transaction(cache, across)
+        outcome = place_gang(tx, tx.snapshot.pod_groups["ns/wait"], CONFIG)
+        carried_now.extend(answered)
+        assert (outcome.admitted, outcome.reason) == (afresh.admitted, afresh.reason)
+        reasons.append(outcome.reason.rsplit("; ", 1)[-1])
+    assert reasons == [
+        "the best rack has room for 1",
+        "the best rack has room for 1",
+        "the best rack has room for 2",
+        "the best rack has room for 2",
+    ]
+    assert carried_now == [False, True, False, True]

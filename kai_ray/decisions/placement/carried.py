@@ -1,4 +1,4 @@
-"""A gang that found no room at all, remembered while no node it may use gains any.
+"""A gang that found no room, remembered while the room it found stays as short.
 
 `equivalence.py` answers a gang equivalent to one that failed at the very same
 transaction version. With a deep backlog on a full cluster the same kinds of
@@ -9,21 +9,25 @@ cycles, with what it was decided on, and answers from it while that holds.
 
 A failure is kept only for a gang whose signature is its plain one (no inter-pod
 terms in play, no device claims) and whose live pods are alike, so they share
-one shape and one set of nodes the static filters let them on; and only when no
-such node can take even one of its pods (`fit.rejection_stages` gives -1 on
-none). Then no placement path places anything: no domain has room for a pod,
-and the first pod finds no node. What the attempt read of the nodes is their
-room for the shape (all none) and the first reason each fails
-(`fit.rejection_stages`), besides the nodes' static facts and the topologies'
-layouts; the reason rendered is made of those alone ("no node fits pod X: 512
-nodes lack free nvidia.com/gpu", "the best rack has room for 0").
+one shape and one set of nodes the static filters let them on; and only of one
+of two families, whose reasons are made of what the nodes' rooms say alone:
+- no such node can take even one of its pods (`fit.rejection_stages` gives -1
+  on none). Then no placement path places anything and the first pod finds no
+  node; the attempt read each node's room for the shape (all none) and the
+  first reason each fails ("no node fits pod X: 512 nodes lack free
+  nvidia.com/gpu"). It holds while every node the gang may use fails for the
+  same first reason;
+- the gang has a required topology level and no domain of any level it may use
+  has room on its nodes for its whole minimum. Then placement tries no domain
+  and says how much room the best domain of the required level has ("the best
+  rack has room for 3"). It holds while that is still so and that best room is
+  the same, whichever nodes' rooms moved.
 
-So the kept failure holds while every node the gang may use fails for the same
-first reason. Node versions (`node_kept.NodeVersions`, which move whenever a
-node's free row or devices may have changed, in a transaction or from one to
-the next) tell the nodes to look at again: those whose version moved since the
-failure was last found to hold. The failures are kept with the nodes' static
-facts (`node_kept.node_static`), and dropped when the nodes' allocatable or a
+Node versions (`node_kept.NodeVersions`, which move whenever a node's free row
+or devices may have changed, in a transaction or from one to the next) tell the
+nodes to look at again: those whose version moved since the failure was last
+found to hold. The failures are kept with the nodes' static facts
+(`node_kept.node_static`), and dropped when the nodes' allocatable or a
 topology's layout changes. A property test (`tests/unit/test_carried.py`) holds
 the answers to fresh attempts after random events. Pure: no I/O.
 """
@@ -69,6 +73,10 @@ class _Kept:
     #: (`fit.rejection_stages`), on allowed nodes.
     rooms: Counts
     stages: Stages
+    #: For a failure no domain held (some node had room): the room of the best domain
+    #: of the required level, the one number the reason gives; None for a failure no
+    #: node had room for (the reason gives each node's first failing stage instead).
+    best: int | None = None
 
 
 class CarriedFailures:
@@ -134,18 +142,38 @@ def carried_failure(tx: Transaction, key: Hashable, group: PodGroupState) -> Kno
         return None
     changed = np.flatnonzero(versions != found.versions)
     moved = changed[found.allowed[changed]]
-    if moved.size:
-        shape = shape_of(tx, group.live_pods()[0])
-        same = np.array_equal(room_on(tx, shape, moved), found.rooms[moved])
-        if not (
-            same and np.array_equal(rejection_stages(tx, shape, moved)[1], found.stages[moved])
-        ):
-            store.drop(key)
-            return None
+    if moved.size and not _still_holds(tx, group, found, moved):
+        store.drop(key)
+        return None
     if changed.size:
         found.versions = versions.copy()
     tx.memo.keep(KNOWN_FAILURE, (tx.version, key), found.known)
     return found.known
+
+
+def _still_holds(tx: Transaction, group: PodGroupState, found: _Kept, moved: Indices) -> bool:
+    """Whether the kept failure is the one an attempt would find now, the nodes `moved`
+    (allowed ones whose versions moved) read again. For a failure no node had room
+    for: each of them with the same room (none) and first failing stage. For one no
+    domain held: the same rooms, or still no domain holding the gang and the best
+    one of the required level with the same room (its reason reads the rooms alone,
+    `domains.no_room_reason`, never the stages); `found` then keeps the rooms read."""
+    shape = shape_of(tx, group.live_pods()[0])
+    rooms = room_on(tx, shape, moved)
+    same = np.array_equal(rooms, found.rooms[moved])
+    if found.best is None:
+        return same and np.array_equal(rejection_stages(tx, shape, moved)[1], found.stages[moved])
+    if same:
+        return True
+    now = found.rooms.copy()
+    now[moved] = rooms
+    nodes = np.flatnonzero(found.allowed).astype(np.intp)
+    if not now[nodes].any() or _best_room_when_none_holds(tx, group, nodes, now[nodes]) != (
+        found.best
+    ):
+        return False
+    found.rooms = now
+    return True
 
 
 def carry_failure(
@@ -164,30 +192,39 @@ def carry_failure(
     nodes = np.flatnonzero(allowed).astype(np.intp)
     shape = shape_of(tx, live[0])
     rooms = room_on(tx, shape, nodes)
-    if rooms.any() and not _no_domain_holds(tx, group, nodes, rooms):
-        return  # a pod was placed, or might have been: the attempt read more than the room
+    best = None
+    if rooms.any():
+        best = _best_room_when_none_holds(tx, group, nodes, rooms)
+        if best is None:
+            return  # a pod was placed, or might have been: the attempt read more than the room
     rooms_of = np.zeros(len(allowed), dtype=np.int64)
     rooms_of[nodes] = rooms
     stages = np.full(len(allowed), -1, dtype=np.int64)
     stages[nodes] = rejection_stages(tx, shape, nodes)[1]
-    _store(tx).keep(key, _Kept(known, allowed, _versions(tx).copy(), rooms_of, stages))
+    _store(tx).keep(key, _Kept(known, allowed, _versions(tx).copy(), rooms_of, stages, best))
 
 
-def _no_domain_holds(tx: Transaction, group: PodGroupState, nodes: Indices, rooms: Counts) -> bool:
-    """Whether the gang has a required topology level (no fallback to every node) and
-    no domain of any level it may be placed in has room on its allowed nodes for the
-    whole minimum: then placement tries no domain (`domains.candidates` asks a
-    domain for that room before anything else) and says why from the rooms alone."""
+def _best_room_when_none_holds(
+    tx: Transaction, group: PodGroupState, nodes: Indices, rooms: Counts
+) -> int | None:
+    """When the gang has a required topology level (no fallback to every node) and no
+    domain of any level it may be placed in has room on its allowed nodes for the
+    whole minimum, the room of the best domain of the required level (placement then
+    tries no domain, `domains.candidates` asking a domain for that room before
+    anything else, and says why from the rooms alone); else None."""
     constraint = group.spec.topologyConstraint
     scope = resolve(tx, constraint, constraint.topology if constraint else None)
     if not isinstance(scope, Scope) or scope.fallback_to_all:
-        return False
+        return None
     count = len(group.missing)
+    best = 0
     for level in scope.levels:
         entry = scope.tree.levels[level]
-        if (per_domain(entry.node_domain, nodes, rooms, len(entry.domains)) >= count).any():
-            return False
-    return True
+        per = per_domain(entry.node_domain, nodes, rooms, len(entry.domains))
+        if (per >= count).any():
+            return None
+        best = int(per.max()) if per.size else 0
+    return best
 
 
 def _store(tx: Transaction) -> CarriedFailures:
