@@ -35,7 +35,7 @@ from kai_ray.decisions.transaction import CycleMemo, MemoKey
 from kai_ray.decisions.victims import KeptOptions
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
-from kai_ray.state.snapshot import Snapshot, differences
+from kai_ray.state.snapshot import Changed, Snapshot, differences
 from kai_ray.values.resources import GPU, Resources
 
 #: Every finite float is an integer number of 2**-1074 (the smallest subnormal).
@@ -90,9 +90,15 @@ class _Sum:
 
 class Follower(Protocol):
     """A value derived from the waiting groups that follows a new tuple of them by
-    what changed (`KeptForWaiting`)."""
+    what changed (`KeptForWaiting`): given the snapshot's groups, and what changed
+    among them since the groups it saw last, it may look at those alone."""
 
-    def follow(self, waiting: tuple[PodGroupState, ...]) -> None: ...
+    def follow(
+        self,
+        waiting: tuple[PodGroupState, ...],
+        groups: Mapping[str, PodGroupState] | None = None,
+        changed: Changed | None = None,
+    ) -> None: ...
 
 
 F = TypeVar("F", bound=Follower)
@@ -102,18 +108,20 @@ class KeptForWaiting:
     """Values derived from the snapshot's waiting groups alone (what they ask, their
     candidates in queue order), kept from cycle to cycle: the cache makes a new
     tuple of them when any waiting group changes, comes or goes, and each value
-    then follows it by the groups that are not the very objects it last saw. A
-    deep backlog is walked once, not once per cycle and action; a backlog into
-    which a hundred gangs came costs those hundred and a glance at the rest."""
+    then follows it by the groups that changed since it last looked (the snapshot
+    says which, `Snapshot.groups_changed`; without that, by those that are not the
+    very objects it last saw). A deep backlog is walked once, not once per cycle
+    and action; a backlog into which a hundred gangs came costs those hundred."""
 
     def __init__(self) -> None:
         self._kept: dict[MemoKey[Any], tuple[tuple[PodGroupState, ...], Any]] = {}
 
-    def get(self, slot: MemoKey[F], waiting: tuple[PodGroupState, ...], make: Callable[[], F]) -> F:
+    def get(self, slot: MemoKey[F], snapshot: Snapshot, make: Callable[[], F]) -> F:
+        waiting = snapshot.waiting_groups
         found = self._kept.get(slot)
         value: F = make() if found is None else found[1]
         if found is None or found[0] is not waiting:
-            value.follow(waiting)
+            value.follow(waiting, snapshot.pod_groups, snapshot.groups_changed)
             self._kept[slot] = (waiting, value)
         return value
 
@@ -123,13 +131,13 @@ PER_WAITING = MemoKey[KeptForWaiting]("values kept for the waiting groups")
 
 
 def kept_for_waiting(
-    memo: CycleMemo, slot: MemoKey[F], waiting: tuple[PodGroupState, ...], make: Callable[[], F]
+    memo: CycleMemo, slot: MemoKey[F], snapshot: Snapshot, make: Callable[[], F]
 ) -> F:
     """`KeptForWaiting.get` of the cycle's kept values, else made once per cycle."""
     kept = memo.find(PER_WAITING, None)
     if kept is not None:
-        return kept.get(slot, waiting, make)
-    return memo.get(slot, None, lambda: _following(make(), waiting))
+        return kept.get(slot, snapshot, make)
+    return memo.get(slot, None, lambda: _following(make(), snapshot.waiting_groups))
 
 
 def _following(value: F, waiting: tuple[PodGroupState, ...]) -> F:

@@ -7,10 +7,12 @@ orders them all by queue. Those glances read only a gang's queue, namespace,
 missing request, priority and whether it is preemptible, and the order only
 its candidate (`ordering.candidate_for`). Both are kept for the snapshot's
 tuple of waiting groups (`totals.KeptForWaiting`) and follow a new tuple by the
-groups that are not the very objects seen last (the cache keeps a group's state
-while nothing of it changed): a cycle over a backlog that did not change reads
-a handful of asks and copies sorted lists, and one into which a hundred gangs
-came works out those hundred, not the thousands beside them. Pure: no I/O.
+groups that changed since they last looked, as the snapshot names them
+(`Snapshot.groups_changed`; the cache keeps a group's state while nothing of it
+changed), else by comparing each waiting group with the one seen last: a cycle
+over a backlog that did not change reads a handful of asks and copies sorted
+lists, and one into which a hundred gangs came works out those hundred, without
+a glance at the thousands beside them. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from kai_ray.decisions.ordering import (
 from kai_ray.decisions.totals import kept_for_waiting
 from kai_ray.decisions.transaction import MemoKey, Transaction
 from kai_ray.state.groups import PodGroupState
+from kai_ray.state.snapshot import Changed, changed_keys
 from kai_ray.values.resources import Resources
 
 AskKey = tuple[str, str, Resources, int, bool]
@@ -58,17 +61,52 @@ def ask_of(group: PodGroupState) -> AskKey:
 
 
 class _Seen:
-    """The waiting groups a follower last saw, by key."""
+    """The waiting groups a follower last saw, by key, and the snapshot's groups they
+    were read from (when given)."""
 
     def __init__(self) -> None:
         self.by_key: dict[str, PodGroupState] = {}
+        self.groups: Mapping[str, PodGroupState] | None = None
 
     def changes(
-        self, waiting: tuple[PodGroupState, ...]
+        self,
+        waiting: tuple[PodGroupState, ...],
+        groups: Mapping[str, PodGroupState] | None = None,
+        changed: Changed | None = None,
     ) -> tuple[list[PodGroupState], list[PodGroupState]]:
         """(came, went): the groups of `waiting` that are not the very objects seen
         last (new, or changed), and the states seen last that are gone or changed.
-        Remembers `waiting` as seen."""
+        Remembers `waiting` as seen. Given the snapshot's groups (`waiting` is those
+        of them that wait, in order) and what changed since the groups seen last
+        (`Snapshot.groups_changed`), only the changed keys are looked at: every
+        other group is the very object seen, and waits as it did; else every
+        waiting group is compared."""
+        keys = None if groups is None else changed_keys(self.groups, groups, changed)
+        self.groups = groups
+        if keys is None:
+            return self._compared(waiting)
+        before = self.by_key
+        came: list[PodGroupState] = []
+        went: list[PodGroupState] = []
+        for key in keys:
+            old = before.get(key)
+            group = groups.get(key) if groups is not None else None
+            if group is not None and not group.waiting:
+                group = None
+            if group is old:
+                continue
+            if old is not None:
+                went.append(old)
+                del before[key]
+            if group is not None:
+                came.append(group)
+                before[key] = group
+        return came, went
+
+    def _compared(
+        self, waiting: tuple[PodGroupState, ...]
+    ) -> tuple[list[PodGroupState], list[PodGroupState]]:
+        """`changes` by comparing every waiting group with the one seen last."""
         before = self.by_key
         came: list[PodGroupState] = []
         went: list[PodGroupState] = []
@@ -99,8 +137,14 @@ class WaitingAsks:
         self._one: dict[AskKey, PodGroupState] = {}
         self.asks: tuple[Ask, ...] = ()
 
-    def follow(self, waiting: tuple[PodGroupState, ...]) -> None:
-        came, went = self.seen.changes(waiting)
+    def follow(
+        self,
+        waiting: tuple[PodGroupState, ...],
+        groups: Mapping[str, PodGroupState] | None = None,
+        changed: Changed | None = None,
+    ) -> None:
+        """Follow `waiting` (see `_Seen.changes` for `groups` and `changed`)."""
+        came, went = self.seen.changes(waiting, groups, changed)
         count, one = self._count, self._one
         for group in went:
             key = ask_of(group)
@@ -127,8 +171,14 @@ class WaitingCandidates:
         self.by_queue: dict[str, list[Candidate]] = {}
         self.in_turn: list[Candidate] = []
 
-    def follow(self, waiting: tuple[PodGroupState, ...]) -> None:
-        came, went = self.seen.changes(waiting)
+    def follow(
+        self,
+        waiting: tuple[PodGroupState, ...],
+        groups: Mapping[str, PodGroupState] | None = None,
+        changed: Changed | None = None,
+    ) -> None:
+        """Follow `waiting` (see `_Seen.changes` for `groups` and `changed`)."""
+        came, went = self.seen.changes(waiting, groups, changed)
         if len(came) > AFRESH_FROM * len(waiting):
             self._afresh(waiting)
             return
@@ -163,15 +213,14 @@ CANDIDATES = MemoKey[WaitingCandidates]("waiting candidates per queue")
 
 def waiting_asks(tx: Transaction) -> tuple[Ask, ...]:
     """Each distinct ask of the snapshot's waiting groups (`Snapshot.waiting_groups`)."""
-    return kept_for_waiting(tx.memo, ASKS, tx.snapshot.waiting_groups, WaitingAsks).asks
+    return kept_for_waiting(tx.memo, ASKS, tx.snapshot, WaitingAsks).asks
 
 
 def waiting_candidates(tx: Transaction) -> Mapping[str, Sequence[Candidate]]:
     """Per leaf queue, the waiting candidates in order (`WaitingCandidates`):
     `ordering.waits`, so less the gangs the transaction placed pods of. Read only:
     copy to change."""
-    waiting = tx.snapshot.waiting_groups
-    by_queue = kept_for_waiting(tx.memo, CANDIDATES, waiting, WaitingCandidates).by_queue
+    by_queue = kept_for_waiting(tx.memo, CANDIDATES, tx.snapshot, WaitingCandidates).by_queue
     if not tx.placed:
         return by_queue
     return {
@@ -184,8 +233,7 @@ def waiting_in_turn(tx: Transaction) -> list[PodGroupState]:
     """The waiting groups of `waiting_candidates`, every queue's together, best first
     (`ordering.job_key`): its lists merged (`WaitingCandidates.in_turn`). A new
     list: the caller may keep it."""
-    waiting = tx.snapshot.waiting_groups
-    every = kept_for_waiting(tx.memo, CANDIDATES, waiting, WaitingCandidates).in_turn
+    every = kept_for_waiting(tx.memo, CANDIDATES, tx.snapshot, WaitingCandidates).in_turn
     if not tx.placed:
         return [candidate.group for candidate in every]
     return [c.group for c in every if not tx.placed_pending(c.group.key)]

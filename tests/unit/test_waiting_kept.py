@@ -6,6 +6,7 @@ same object."""
 
 from __future__ import annotations
 
+import copy
 import heapq
 from typing import Any
 
@@ -15,8 +16,9 @@ from hypothesis import strategies as st
 from kai_ray.decisions import waiting
 from kai_ray.decisions.ordering import Candidate, candidate_for, job_key, releasing_members
 from kai_ray.decisions.waiting import WaitingAsks, WaitingCandidates, ask_of
+from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, ClusterCache
 from kai_ray.state.groups import PodGroupState
-from kai_ray.state.snapshot import ClusterObjects, build_snapshot
+from kai_ray.state.snapshot import ClusterObjects, build_snapshot, changed_keys
 from tests.builders import make_node, make_pod, make_pod_group, make_queue
 
 GROUPS = 10
@@ -128,6 +130,12 @@ def _check(
 ) -> None:
     candidates.follow(backlog)
     asks.follow(backlog)
+    _as_afresh(candidates, asks, backlog)
+
+
+def _as_afresh(
+    candidates: WaitingCandidates, asks: WaitingAsks, backlog: tuple[PodGroupState, ...]
+) -> None:
     fresh = _sorted(backlog)
     assert candidates.in_turn == list(heapq.merge(*fresh.values(), key=job_key))
     assert {q: [c.group for c in jobs] for q, jobs in candidates.by_queue.items()} == {
@@ -150,3 +158,91 @@ def test_the_pool_has_what_the_sequences_need() -> None:
     assert POOL[(0, 5)].bound and not POOL[(0, 0)].bound
     assert [c.group for c in _sorted((POOL[(0, 5)],)).get("team-a", [])] == []
     assert POOL[(1, 0)].creation_timestamp != first.creation_timestamp
+
+
+#: A cache's events on six gangs of two queues: a pending member comes (GPUs), a
+#: member is bound to the node, a member goes, the PodGroup is made again with
+#: another minimum, queue or priority class, or goes; or nothing happens.
+CACHE_EVENTS = st.one_of(
+    st.tuples(st.just("pending"), st.integers(0, 5), st.integers(0, 2), st.sampled_from((1, 2))),
+    st.tuples(st.just("bind"), st.integers(0, 5), st.integers(0, 2)),
+    st.tuples(st.just("delete pod"), st.integers(0, 5), st.integers(0, 2)),
+    st.tuples(
+        st.just("group"),
+        st.integers(0, 5),
+        st.integers(1, 3),
+        st.sampled_from(("team-a", "team-b")),
+        st.sampled_from((None, "inference")),
+    ),
+    st.tuples(st.just("delete group"), st.integers(0, 5)),
+    st.tuples(st.just("nothing")),
+)
+
+
+def _cache() -> ClusterCache:
+    cache = ClusterCache()
+    for name in ("team-a", "team-b"):
+        cache.upsert(make_queue(name).gpu(quota=8).build(), QUEUE)
+    cache.upsert(make_node("n0").gpus(64).build(), NODE)
+    for index in range(6):
+        group = make_pod_group(f"g{index}", "ml").queue("team-a").min_member(2)
+        cache.upsert(group.created(index).build(), POD_GROUP)
+    return cache
+
+
+def _apply(cache: ClusterCache, event: tuple[Any, ...]) -> None:
+    kind, *args = event
+    if kind == "pending":
+        group, member, gpus = args
+        pod = make_pod(f"g{group}-{member}", "ml").group(f"g{group}").gpus(gpus)
+        cache.upsert(pod.created(group).build(), POD)
+    elif kind == "bind":
+        found = cache.get(POD, f"ml/g{args[0]}-{args[1]}")
+        if found is not None:
+            found = copy.deepcopy(found)
+            found["spec"]["nodeName"] = "n0"
+            found["status"] = {"phase": "Running"}
+            cache.upsert(found, POD)
+    elif kind == "delete pod":
+        cache.delete(POD, f"ml/g{args[0]}-{args[1]}")
+    elif kind == "group":
+        index, minimum, queue, priority = args
+        group = make_pod_group(f"g{index}", "ml").queue(queue).min_member(minimum)
+        if priority is not None:
+            group = group.priority_class(priority)
+        cache.upsert(group.created(index).build(), POD_GROUP)
+    elif kind == "delete group":
+        cache.delete(POD_GROUP, f"ml/g{args[0]}")
+
+
+def test_followed_by_what_the_snapshot_says_changed_they_are_what_afresh_gives() -> None:
+    """A cache's events; after each, followers given the kept snapshot's groups and
+    what changed among them (`Snapshot.groups_changed`) look at the changed groups
+    alone, and must hold what sorting the waiting groups afresh gives. Snapshots
+    not shown to them (False) make the next one span more than its change says:
+    they compare every waiting group then."""
+    #: Per follow that looked at changed keys alone: how many of them were waiting
+    #: groups seen before (changed or gone since).
+    keyed: list[int] = []
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.tuples(CACHE_EVENTS, st.booleans()), min_size=1, max_size=40))
+    def followed(steps: list[tuple[tuple[Any, ...], bool]]) -> None:
+        cache = _cache()
+        candidates, asks = WaitingCandidates(), WaitingAsks()
+        for event, shown in steps:
+            _apply(cache, event)
+            snapshot = cache.snapshot()
+            if not shown:
+                continue
+            groups, changed = snapshot.pod_groups, snapshot.groups_changed
+            keys = changed_keys(candidates.seen.groups, groups, changed)
+            if keys:
+                keyed.append(sum(key in candidates.seen.by_key for key in keys))
+            for follower in (candidates, asks):
+                follower.follow(snapshot.waiting_groups, groups, changed)
+            _as_afresh(candidates, asks, snapshot.waiting_groups)
+            assert candidates.seen.by_key == {g.key: g for g in snapshot.waiting_groups}
+
+    followed()
+    assert any(keyed), "no follow met a waiting group seen before among the changed keys"
