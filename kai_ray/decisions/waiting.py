@@ -17,6 +17,7 @@ a glance at the thousands beside them. Pure: no I/O.
 
 from __future__ import annotations
 
+import abc
 import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -128,14 +129,11 @@ class _Seen:
         return came, went
 
 
-class WaitingAsks:
-    """Each distinct ask of the waiting groups (`asks`), with how many ask it."""
+class _Follower(abc.ABC):
+    """A value that follows the waiting groups by what came and went (`_Seen`)."""
 
     def __init__(self) -> None:
         self.seen = _Seen()
-        self._count: dict[AskKey, int] = {}
-        self._one: dict[AskKey, PodGroupState] = {}
-        self.asks: tuple[Ask, ...] = ()
 
     def follow(
         self,
@@ -145,6 +143,33 @@ class WaitingAsks:
     ) -> None:
         """Follow `waiting` (see `_Seen.changes` for `groups` and `changed`)."""
         came, went = self.seen.changes(waiting, groups, changed)
+        self.moved(waiting, came, went)
+
+    @abc.abstractmethod
+    def moved(
+        self,
+        waiting: tuple[PodGroupState, ...],
+        came: list[PodGroupState],
+        went: list[PodGroupState],
+    ) -> None:
+        """Take in the groups that came (new or changed) and went (gone or changed)."""
+
+
+class WaitingAsks(_Follower):
+    """Each distinct ask of the waiting groups (`asks`), with how many ask it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._count: dict[AskKey, int] = {}
+        self._one: dict[AskKey, PodGroupState] = {}
+        self.asks: tuple[Ask, ...] = ()
+
+    def moved(
+        self,
+        waiting: tuple[PodGroupState, ...],
+        came: list[PodGroupState],
+        went: list[PodGroupState],
+    ) -> None:
         count, one = self._count, self._one
         for group in went:
             key = ask_of(group)
@@ -159,7 +184,7 @@ class WaitingAsks:
             self.asks = tuple(Ask(*key, group) for key, group in one.items())
 
 
-class WaitingCandidates:
+class WaitingCandidates(_Follower):
     """Per leaf queue, the candidates of the waiting groups none of whose bound
     members is being deleted (`ordering.releasing_members`), best first
     (`ordering.job_key`, a total order: the lists are what sorting them afresh
@@ -167,18 +192,16 @@ class WaitingCandidates:
     first (`in_turn`: what merging the queues' lists gives)."""
 
     def __init__(self) -> None:
-        self.seen = _Seen()
+        super().__init__()
         self.by_queue: dict[str, list[Candidate]] = {}
         self.in_turn: list[Candidate] = []
 
-    def follow(
+    def moved(
         self,
         waiting: tuple[PodGroupState, ...],
-        groups: Mapping[str, PodGroupState] | None = None,
-        changed: Changed | None = None,
+        came: list[PodGroupState],
+        went: list[PodGroupState],
     ) -> None:
-        """Follow `waiting` (see `_Seen.changes` for `groups` and `changed`)."""
-        came, went = self.seen.changes(waiting, groups, changed)
         if len(came) > AFRESH_FROM * len(waiting):
             self._afresh(waiting)
             return

@@ -119,6 +119,20 @@ def test_failures_carried_while_running_pods_change_are_those_found_afresh(
         _placed_as_afresh(cache, across)
 
 
+def _answers_carried(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each call of `carried_failure` from now on answered from a kept failure."""
+    answered: list[bool] = []
+    original = carried.carried_failure
+
+    def spy(*args: Any) -> Any:
+        found = original(*args)
+        answered.append(found is not None)
+        return found
+
+    monkeypatch.setattr(gang_tree, "carried_failure", spy)
+    return answered
+
+
 def _full_cluster(cache: ClusterCache) -> None:
     """Two 8-GPU nodes, each running a 6-GPU pod: no room for a pod of 4 GPUs and a CPU."""
     for index in range(2):
@@ -144,15 +158,7 @@ def test_a_failure_is_carried_while_no_node_gains_room_and_dropped_once_one_does
     """The waiting pod fails; then a running pod shrinks from 6 to 5 GPUs (the node's
     row moves, it still lacks free GPUs): the failure is answered from the kept one;
     then it shrinks to 2 GPUs: the pod fits, and the kept failure is not used."""
-    answered: list[bool] = []
-    original = carried.carried_failure
-
-    def spy(*args: Any) -> Any:
-        found = original(*args)
-        answered.append(found is not None)
-        return found
-
-    monkeypatch.setattr(gang_tree, "carried_failure", spy)
+    answered = _answers_carried(monkeypatch)
     cache, across = _started_small(), KeptAcrossCycles()
     _full_cluster(cache)
     outcomes = []
@@ -203,18 +209,10 @@ def test_a_failure_no_rack_held_is_carried_while_the_best_rack_has_the_same_room
     Each rack has one free node: the best rack has room for 1. When r1's free node
     fills up, a node's room moved but the best rack's did not: the kept failure
     answers. When r0's second node is freed, the best rack has room for 2: the
-    failure is found afresh, and says so. When r1's node is freed again and r0's
-    filled, no rack holds the gang and the best has room for 2 again (another
-    rack): answered from the failure kept last."""
-    answered: list[bool] = []
-    original = carried.carried_failure
-
-    def spy(*args: Any) -> Any:
-        found = original(*args)
-        answered.append(found is not None)
-        return found
-
-    monkeypatch.setattr(gang_tree, "carried_failure", spy)
+    failure is found afresh, and says so. When r1's two nodes are freed and one of
+    r0's filled, no rack holds the gang and the best (now r1) has room for 2
+    again: answered from the failure kept last. Each answer is a fresh attempt's."""
+    answered = _answers_carried(monkeypatch)
     cache, across = _started_small(), KeptAcrossCycles()
     for index in (2, 3):
         shape = {"gpus": 8, "cpu": 64, "ready": True, "cordoned": False, "rack": f"r{index % 2}"}
