@@ -100,6 +100,10 @@ class Follower(Protocol):
         changed: Changed | None = None,
     ) -> None: ...
 
+    def same(self, groups: Mapping[str, PodGroupState]) -> None:
+        """The waiting groups are the very tuple followed last (none of them changed,
+        none came or went), and `groups` the snapshot's groups now."""
+
 
 F = TypeVar("F", bound=Follower)
 
@@ -123,6 +127,8 @@ class KeptForWaiting:
         if found is None or found[0] is not waiting:
             value.follow(waiting, snapshot.pod_groups, snapshot.groups_changed)
             self._kept[slot] = (waiting, value)
+        else:
+            value.same(snapshot.pod_groups)
         return value
 
 

@@ -145,6 +145,11 @@ class _Follower(abc.ABC):
         came, went = self.seen.changes(waiting, groups, changed)
         self.moved(waiting, came, went)
 
+    def same(self, groups: Mapping[str, PodGroupState]) -> None:
+        """The waiting groups are the very tuple followed last: the groups seen are
+        `groups` now (the next change the snapshot names starts from them)."""
+        self.seen.groups = groups
+
     @abc.abstractmethod
     def moved(
         self,
