@@ -232,12 +232,13 @@ def lay_out(tx: Transaction, units: Sequence[VictimUnit]) -> UnitPods:
     )
 
 
-#: By group key, under one node index and set of resource columns: a group's victim
-#: units' pods laid out, with how many pods each unit has and the node index they were
-#: laid out on, kept from cycle to cycle with the group (`KeptPerGroup.flat`).
-GROUP_PODS = MemoKey[tuple[Mapping[str, int], UnitPods, npt.NDArray[np.int64]]](
-    "a group's victim pods laid out"
-)
+#: A group's victim units' pods laid out, with how many pods each unit has.
+GroupPods = tuple[UnitPods, npt.NDArray[np.int64]]
+#: By group key: the group's state and its victim pods laid out from it.
+GroupLayouts = dict[str, tuple[PodGroupState, GroupPods]]
+#: The groups' layouts for one layout of nodes and resource columns, kept from cycle to
+#: cycle with the groups (`KeptPerGroup.flat`).
+GROUP_PODS = MemoKey[GroupPods]("a group's victim pods laid out")
 
 
 def freed_room(free: Matrix, pods: UnitPods) -> Matrix:
@@ -978,7 +979,7 @@ class Untouched:
                 if found is None or found[0] is not group:
                     found = (group, _lay_out_group(tx, group, priority))
                     kept_laid[group.key] = found
-                laid, per_unit = found[1][1], found[1][2]
+                laid, per_unit = found[1]
                 if kept is None:
                     nodes.append(laid.node)
                     held.append(laid.held)
@@ -1002,48 +1003,29 @@ class Untouched:
         return tx.memo.of_object(UNTOUCHED_PODS, self, None, build)
 
 
-def _kept_group_pods(
-    tx: Transaction,
-) -> dict[str, tuple[PodGroupState, tuple[Mapping[str, int], UnitPods, npt.NDArray[np.int64]]]]:
-    """The groups' layouts kept from cycle to cycle for the snapshot's node index and
-    resource columns (a fresh table, kept for this cycle only, when nothing is kept
-    across cycles)."""
+def _kept_group_pods(tx: Transaction) -> GroupLayouts:
+    """The groups' layouts kept from cycle to cycle for the snapshot's nodes and
+    resource columns (compared by identity, then by value: the rows a layout names
+    are the nodes' order); a table for this cycle alone when nothing is kept across
+    cycles."""
     snapshot = tx.snapshot
-    index = snapshot.node_index
-
-    def fresh() -> dict[
-        str, tuple[PodGroupState, tuple[Mapping[str, int], UnitPods, npt.NDArray[np.int64]]]
-    ]:
-        return {}
-
     per_group = tx.memo.find(PER_GROUP, None)
     if per_group is None:
-        return tx.memo.get(GROUP_PODS_NOW, None, fresh)
-    table = per_group.flat(GROUP_PODS, (id(index), snapshot.resource_names))
-    # An id is reused once its object is gone: layouts on another index are dropped
-    # (they come first in the table, the oldest entries, when there are any).
-    first = next(iter(table.values()), None)
-    if first is not None and first[1][0] is not index:
-        table.clear()
-    return table
+        return tx.memo.get(GROUP_PODS_NOW, None, GroupLayouts)
+    return per_group.flat(GROUP_PODS, (snapshot.node_names, snapshot.resource_names))
 
 
-def _lay_out_group(
-    tx: Transaction, group: PodGroupState, priority: int
-) -> tuple[Mapping[str, int], UnitPods, npt.NDArray[np.int64]]:
+def _lay_out_group(tx: Transaction, group: PodGroupState, priority: int) -> GroupPods:
     """The pods of the group's victim units (`_units_of`) laid out, with how many pods
-    each unit has, and the node index they were laid out on."""
+    each unit has."""
     units = _units_of(tx, group, priority)
-    sizes = np.array([len(unit.pods) for unit in units], dtype=np.int64)
-    return tx.snapshot.node_index, lay_out(tx, units), sizes
+    return lay_out(tx, units), np.array([len(unit.pods) for unit in units], dtype=np.int64)
 
 
 #: Per list of untouched units: their pods laid out (`Untouched.laid_out`).
 UNTOUCHED_PODS = MemoKey[UnitPods]("untouched victim pods laid out")
 #: The groups' layouts for this cycle alone, when nothing is kept across cycles.
-GROUP_PODS_NOW = MemoKey[
-    dict[str, tuple[PodGroupState, tuple[Mapping[str, int], UnitPods, npt.NDArray[np.int64]]]]
-]("groups' victim pods laid out this cycle")
+GROUP_PODS_NOW = MemoKey[GroupLayouts]("groups' victim pods laid out this cycle")
 #: Per id of a list `running_units` gave: the list, the untouched units it was cut
 #: from and which of them it holds (`unit_pods` cuts its layout from theirs).
 UNITS_FROM = MemoKey[tuple[list[VictimUnit], Untouched, npt.NDArray[np.bool_]]]("units cut from")

@@ -82,16 +82,16 @@ class _Seen:
         (`Snapshot.groups_changed`), only the changed keys are looked at: every
         other group is the very object seen, and waits as it did; else every
         waiting group is compared."""
-        keys = None if groups is None else changed_keys(self.groups, groups, changed)
-        self.groups = groups
-        if keys is None:
+        seen, self.groups = self.groups, groups
+        keys = None if groups is None else changed_keys(seen, groups, changed)
+        if groups is None or keys is None:
             return self._compared(waiting)
         before = self.by_key
         came: list[PodGroupState] = []
         went: list[PodGroupState] = []
         for key in keys:
             old = before.get(key)
-            group = groups.get(key) if groups is not None else None
+            group = groups.get(key)
             if group is not None and not group.waiting:
                 group = None
             if group is old:

@@ -222,7 +222,7 @@ def test_followed_by_what_the_snapshot_says_changed_they_are_what_afresh_gives()
     whose tuple of waiting groups is the one followed last only tells them its
     groups (`same`), as `KeptForWaiting` does. Snapshots not shown to them (False)
     make the next one span more than its change says: they compare every waiting
-    group then."""
+    group then; shown every snapshot, they never do."""
     #: Per follow that looked at changed keys alone: how many of them were waiting
     #: groups seen before (changed or gone since).
     keyed: list[int] = []
@@ -233,13 +233,19 @@ def test_followed_by_what_the_snapshot_says_changed_they_are_what_afresh_gives()
         cache = _cache()
         candidates, asks = WaitingCandidates(), WaitingAsks()
         last: tuple[PodGroupState, ...] | None = None
+        shown_before = False  # the snapshot before this one was shown to them
         for event, shown in steps:
             _apply(cache, event)
             snapshot = cache.snapshot()
             if not shown:
+                shown_before = False
                 continue
             groups, changed = snapshot.pod_groups, snapshot.groups_changed
             keys = changed_keys(candidates.seen.groups, groups, changed)
+            # Told every snapshot (followed, or told its groups when its waiting tuple
+            # was the one followed), they read each change the snapshot names.
+            assert keys is not None or not shown_before
+            shown_before = True
             if keys:
                 keyed.append(sum(key in candidates.seen.by_key for key in keys))
             for follower in (candidates, asks):
