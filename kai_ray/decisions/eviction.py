@@ -165,20 +165,29 @@ def no_domain_could_hold(
     if domains is None:
         return False
     budget = new_budget()
-    kinds, of_unit = _unit_kinds(tx, units)
-    takes = np.array([budget.takes_alone(unit) for unit in kinds], dtype=bool)
-    # Each unit the budget takes alone, and their pods, laid out once per list of units.
-    taken = takes[of_unit] if kinds else np.zeros(0, dtype=bool)
-    pods = unit_pods(tx, units).of_units(taken)
+    # The units the budget takes alone and their pods: shared by the budgets that
+    # answer alike (every job of a reclaiming queue meets the same ones).
+    alone, pods = budget.shared(units, lambda: _taken_alone(tx, units, budget))
     if not domain_holds(tx, group, domains, freed_room(tx.free, pods)):
         return True
-    alone = list(itertools.compress(units, taken.tolist()))
     if not domain_could_hold_in_total(tx, group, domains, alone, pods, budget):
         return True
     constraint = group.spec.topologyConstraint
     if constraint is None or constraint.requiredLevel is None:
         return False  # the cluster is its one domain: nodes enough to free, mostly
     return not domain_could_be_freed(tx, group, domains, alone, pods, budget)
+
+
+def _taken_alone(
+    tx: Transaction, units: Sequence[VictimUnit], budget: Budget
+) -> tuple[list[VictimUnit], UnitPods]:
+    """The units `budget` takes alone (it took nothing yet), in order, and their pods
+    laid out (`UnitPods`), each unit numbered by its place among them. The budget is
+    asked once per kind of unit (`_unit_kinds`)."""
+    kinds, of_unit = _unit_kinds(tx, units)
+    takes = np.array([budget.takes_alone(unit) for unit in kinds], dtype=bool)
+    taken = takes[of_unit] if kinds else np.zeros(0, dtype=bool)
+    return list(itertools.compress(units, taken.tolist())), unit_pods(tx, units).of_units(taken)
 
 
 @dataclass(frozen=True, eq=False)

@@ -37,8 +37,9 @@ Pure: no I/O.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext
@@ -58,6 +59,8 @@ from kai_ray.decisions.totals import Exact, as_resources, live_demand, summed
 from kai_ray.decisions.victims import Budget, VictimUnit
 from kai_ray.decisions.waiting import waiting_asks, waiting_jobs
 from kai_ray.values.resources import EPSILON, NO_RESOURCES, Resources
+
+T = TypeVar("T")
 
 # ------------------------------------------------------------- fairness rules
 
@@ -137,11 +140,21 @@ def anyone_within_share(ctx: CycleContext) -> bool:
     return any(within_share(ledger, queue, request) for queue, request in asked)
 
 
-#: `FairShareBudget.takes_alone`'s answers, per (ledger version, resources asked),
-#: by what the answer reads of the reclaimer (the victim's queues judged and the
-#: resources contested where the two paths meet) and of the unit (its leaf and
-#: amounts): one run's budgets share them, whichever queue reclaims.
-AloneAnswers = dict[tuple[int, tuple[str, ...]], dict[tuple[object, ...], bool]]
+@dataclass
+class SharedAnswers:
+    """What one run's budgets at one ledger version, asking the same resources, share."""
+
+    #: `FairShareBudget.takes_alone`'s answers, by what the answer reads of the
+    #: reclaimer (the victim's queues judged and the resources contested where the
+    #: two paths meet) and of the unit (its leaf and amounts), whichever queue reclaims.
+    alone: dict[tuple[object, ...], bool] = field(default_factory=dict)
+    #: `FairShareBudget.shared`'s values, per (reclaimer's leaf, id of the anchor):
+    #: the anchor (kept alive, so that its id names it) and the value.
+    derived: dict[tuple[str, int], tuple[object, object]] = field(default_factory=dict)
+
+
+#: Per (ledger version, resources asked): what the run's budgets share there.
+AloneAnswers = dict[tuple[int, tuple[str, ...]], SharedAnswers]
 
 
 class FairShareBudget(Budget):
@@ -171,7 +184,8 @@ class FairShareBudget(Budget):
         #: `contested`) with the same ledger and resources asked, keyed by the rest
         #: the answer reads (`takes_alone`).
         shared = {} if answers is None else answers
-        self._alone = shared.setdefault((ledger.version, tuple(self.asked)), {})
+        self._shared = shared.setdefault((ledger.version, tuple(self.asked)), SharedAnswers())
+        self._alone = self._shared.alone
 
     def reclaimer_within_share(self) -> bool:
         """With the job added, the reclaimer's leaf stays within its fair share. Every
@@ -248,6 +262,19 @@ class FairShareBudget(Budget):
         if answer is None:
             answer = self._alone[key] = self._may_lose_alone(unit.queue, unit.requests)
         return answer
+
+    def shared(self, anchor: object, build: Callable[[], T]) -> T:
+        """`Budget.shared`, kept for the run's budgets at this ledger version that ask
+        the same resources for the same reclaimer's leaf: `takes_alone` reads of the
+        reclaimer its leaf alone (through `_victim_side`), of the job only which
+        resources it asks, and the run's contested resources, one for the run."""
+        if self.taken:
+            raise ValueError("shared asked of a budget that has taken units already")
+        key = (self.leaf, id(anchor))
+        found = self._shared.derived.get(key)
+        if found is None or found[0] is not anchor:
+            found = self._shared.derived[key] = (anchor, build())
+        return cast(T, found[1])
 
     def most_taken(self, leaf: str) -> dict[str, float]:
         """`Budget.most_taken`: what `_may_lose` of the leaf and of each queue on its

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +41,7 @@ from kai_ray.values.resources import EPSILON, GPU, Resources
 Matrix = npt.NDArray[np.float64]
 Vector = npt.NDArray[np.float64]
 Flags = npt.NDArray[np.bool_]
+T = TypeVar("T")
 #: A vector per pod: what the pod holds on its node (`transaction.held_vector`).
 PodVector = Callable[[PodState], Vector]
 #: The row of the node a bound pod is on.
@@ -127,6 +129,14 @@ class Budget:
         `take` of a budget that took nothing accepts may ask for together
         (resources left out are not bounded)."""
         return {}
+
+    def shared(self, anchor: object, build: Callable[[], T]) -> T:
+        """`build()`: a value that reads, of this budget, only what `takes_alone`
+        answers (asked of a budget that took nothing), and besides only `anchor`
+        (which it keeps alive). Budgets that answer `takes_alone` alike may share it
+        (`FairShareBudget`: one run's, at one ledger version, for one reclaimer and
+        the same resources asked); here it is worked out every time."""
+        return build()
 
 
 def victim_units(group: PodGroupState, priority: int, started: str) -> list[VictimUnit]:

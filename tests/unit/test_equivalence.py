@@ -35,7 +35,9 @@ drawn from a small palette of shapes so that equivalent gangs abound):
   took without judging it again (`FairShareBudget.take_each`: nor a unit alike
   to one it refused since, when it offers every unit one by one), and
   `FairShareBudget.takes_alone` keeps its answers per victim queue and amounts
-  (plain: judged every time; a fresh budget per unit);
+  (plain: judged every time; a fresh budget per unit), and `FairShareBudget.shared`
+  keeps the units it takes alone, laid out, for the run's budgets of one reclaimer
+  at one ledger version (plain: worked out for every search);
 - `consolidate.total_free`, the free room added up once per transaction version
   (plain: added up for every waiting gang);
 - `consolidate.movable_gangs`, worked out once per transaction version and
@@ -369,6 +371,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (consolidate, "domain_could_hold", lambda tx, group, domains, freed: True),
     (consolidate, "could_pack", lambda tx, target, moved: True),
     (FairShareBudget, "judged_key", lambda budget, taking: None),
+    (FairShareBudget, "shared", lambda budget, anchor, build: build()),
     (FairShareBudget, "take_each", Budget.take_each),
     (
         FairShareBudget,
