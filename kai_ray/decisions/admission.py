@@ -20,8 +20,10 @@ Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from kai_ray.decisions.fairness import limit_of, quota_of
 from kai_ray.decisions.ledger import QueueLedger
@@ -84,11 +86,17 @@ def first_breach(
     held: Callable[[str], Resources],
     bound: Callable[[QueueTree, str, str], float],
 ) -> Breach | None:
-    """The first queue from the leaf up where `held + request` passes `bound`."""
+    """The first queue from the leaf up where `held + request` passes `bound`. What
+    a queue holds is read only where some resource asked has a finite bound (no
+    holding passes an infinite one): an evicting action asks this of every search,
+    with what its victims would give back in each queue (`FreedWhenRead`)."""
+    asked = sorted(request.items())
     for name in ledger.path(leaf):
+        bounds = [bound(ledger.tree, name, resource) for resource, _ in asked]
+        if all(limit == math.inf for limit in bounds):
+            continue
         holding = held(name)
-        for resource, amount in sorted(request.items()):
-            limit = bound(ledger.tree, name, resource)
+        for (resource, amount), limit in zip(asked, bounds, strict=True):
             if holding[resource] + amount > limit + EPSILON:
                 return Breach(name, resource, limit, holding[resource], amount)
     return None
@@ -108,6 +116,58 @@ def _over_limit(breach: Breach | None) -> str | None:
 #: What a step's victims give back, per queue (the leaves and every ancestor).
 Freed = Mapping[str, Resources]
 NOTHING_FREED: Freed = {}
+
+
+class HeldBack(Protocol):
+    """A victim as `FreedWhenRead` reads it: its leaf queue and what it holds."""
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def requests(self) -> Resources: ...
+
+
+class FreedWhenRead(Mapping[str, Resources]):
+    """`freed_in_queues` of `victims`, each queue's amounts added up when first read:
+    over the victims on whose path the queue lies, in order, as `freed_in_queues`
+    adds them (the same amounts). An evicting action asks it only of the queues on
+    its job's path that bound what the job asks (`first_breach`), for every list of
+    possible victims it judges: without limits, nothing is added up."""
+
+    def __init__(self, ledger: QueueLedger, victims: Sequence[HeldBack]) -> None:
+        self._ledger, self._victims = ledger, victims
+        self._amounts: dict[str, Resources] = {}
+        self._names: dict[str, None] | None = None
+
+    def _every_name(self) -> dict[str, None]:
+        """The queues on some victim's path, in `freed_in_queues`' order."""
+        if self._names is None:
+            path = self._ledger.path
+            leaves = dict.fromkeys(victim.queue for victim in self._victims)
+            self._names = {name: None for leaf in leaves for name in path(leaf)}
+        return self._names
+
+    def __getitem__(self, name: str) -> Resources:
+        found = self._amounts.get(name)
+        if found is None:
+            if name not in self._every_name():
+                raise KeyError(name)
+            path, amounts = self._ledger.path, dict[str, float]()
+            for victim in self._victims:
+                if name in path(victim.queue):
+                    add_into(amounts, victim.requests)
+            found = self._amounts[name] = Resources.from_canonical(amounts)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._every_name())
+
+    def __len__(self) -> int:
+        return len(self._every_name())
+
+    def __bool__(self) -> bool:
+        return bool(self._victims)  # each victim frees room in its own leaf at least
 
 
 def freed_in_queues(ledger: QueueLedger, victims: Iterable[tuple[str, Resources]]) -> Freed:

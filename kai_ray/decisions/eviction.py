@@ -39,7 +39,13 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kai_ray.decisions.admission import Freed, freed_in_queues, is_preemptible, refusal
+from kai_ray.decisions.admission import (
+    Freed,
+    FreedWhenRead,
+    freed_in_queues,
+    is_preemptible,
+    refusal,
+)
 from kai_ray.decisions.alike import alike_keys
 from kai_ray.decisions.booking import book
 from kai_ray.decisions.context import CycleContext, admitted
@@ -1212,12 +1218,11 @@ FREED = MemoKey[Freed]("freed by victims")
 
 
 def _freed(ctx: CycleContext, victims: Iterable[VictimUnit]) -> Freed:
-    def build() -> Freed:
-        return freed_in_queues(ctx.ledger, ((u.queue, u.requests) for u in victims))
-
     if not isinstance(victims, list):
-        return build()
-    # Every job of a queue is judged with the same list of possible victims first.
+        return freed_in_queues(ctx.ledger, ((u.queue, u.requests) for u in victims))
+    # Every job of a queue is judged with the same list of possible victims first;
+    # each queue's amounts are added up only if read (most queues bound nothing).
+    build = lambda: FreedWhenRead(ctx.ledger, victims)  # noqa: E731
     return ctx.transaction.memo.of_object(FREED, victims, None, build)
 
 
