@@ -9,7 +9,9 @@ mean per cycle and the span's share; then the ten costliest hours. A run sampled
 at a few pickled states can miss the hours that cost most (a reclaim episode);
 this measures every hour. With `--parts`, each action of the cycle, the
 snapshot and what the simulator does with the plan are timed apart too (their
-CPU summed over the run, and per cycle). Not a test: it prints figures.
+CPU summed over the run, and per cycle), and the evicting actions' victim
+searches counted: how many, how many the bound ruled out, how many found
+victims. Not a test: it prints figures.
 """
 
 from __future__ import annotations
@@ -64,8 +66,32 @@ def _timer(parts: Counter[str], name: str, call: Callable[..., Any]) -> Callable
 
 def _time_parts(sim: Any, parts: Counter[str]) -> None:
     """Each built-in action's `run`, the cache's snapshot, the binder's `apply` and
-    the simulator's records (`_update_jobs`) timed into `parts`."""
-    from kai_ray.decisions import cycle
+    the simulator's records (`_update_jobs`) timed into `parts`; and the evicting
+    actions' victim searches (`eviction.evict_to_fit`, as reclaim and preempt call
+    it) counted and timed, with how many the bound ruled out
+    (`eviction.no_domain_could_hold`) and how many found victims."""
+    from kai_ray.decisions import cycle, eviction, preempt, reclaim
+
+    search, bound = eviction.evict_to_fit, eviction.no_domain_could_hold
+
+    def searched(*args: Any) -> Any:
+        start = time.process_time()
+        found = search(*args)
+        parts["victim searches"] += time.process_time() - start
+        parts["# victim searches"] += 1
+        parts["# victim searches that found victims"] += found is not None
+        return found
+
+    def ruled_out(*args: Any) -> bool:
+        start = time.process_time()
+        answer = bound(*args)
+        parts["  of which the bound"] += time.process_time() - start
+        parts["# victim searches ruled out by the bound"] += answer
+        return answer
+
+    eviction.no_domain_could_hold = ruled_out
+    for module in (reclaim, preempt):
+        module.evict_to_fit = searched  # type: ignore[attr-defined]
 
     registry = cycle.builtin_actions()
     for name in registry.names():
@@ -74,6 +100,10 @@ def _time_parts(sim: Any, parts: Counter[str]) -> None:
     sim.cache.snapshot = _timer(parts, "snapshot", sim.cache.snapshot)
     sim.binder.apply = _timer(parts, "binder", sim.binder.apply)
     sim._update_jobs = _timer(parts, "records", sim._update_jobs)
+
+
+#: Parts timed inside an action's (not added to the actions' sum).
+_NESTED = frozenset({"victim searches", "  of which the bound"})
 
 
 def main() -> None:
@@ -91,11 +121,15 @@ def main() -> None:
     count = sum(cycles.values())
     print(f"{count} cycles, {total:.1f} s of CPU in cycles")
     if parts is not None:
-        for name, spent in parts.most_common():
+        timed = Counter({k: v for k, v in parts.items() if not k.startswith("#")})
+        for name, spent in timed.most_common():
             each = 1000 * spent / count if count else 0.0
             share = 100 * spent / total if total else 0.0
             print(f"  {name:20s} {spent:8.1f} s  {each:6.2f} ms a cycle  {share:4.1f} %")
-        print(f"  {'rest of the cycle':20s} {total - sum(parts.values()):8.1f} s")
+        actions = sum(v for k, v in timed.items() if k not in _NESTED)
+        print(f"  {'rest of the cycle':20s} {total - actions:8.1f} s")
+        for name in sorted(k for k in parts if k.startswith("#")):
+            print(f"  {name[2:]}: {int(parts[name]):,}")
     last = max(cycles, default=0)
     for start in range(0, last + 1, args.span):
         hours = range(start, start + args.span)

@@ -27,7 +27,7 @@ from collections.abc import Collection, Sequence
 
 from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.plan import Evict, GroupStatus, Staleness
-from kai_ray.decisions.totals import Tally, kept_tally
+from kai_ray.decisions.totals import Tally, kept_members
 from kai_ray.decisions.transaction import MemoKey
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.pod_states import PodState
@@ -48,11 +48,14 @@ class StaleGangEvictionAction:
         touched = {e.group for e in ctx.plan.evictions}
         touched.update(p.bind.group for p in ctx.transaction.placed.values())
         groups, memo = ctx.snapshot.pod_groups, ctx.transaction.memo
-        if not touched and not kept_tally(memo, UNSETTLED, groups, _unsettled):
-            return  # every group would be passed over below: a tally says so without a walk
-        for group in groups.values():
-            if group.key not in touched and _settled(group):
-                continue
+        # Groups neither touched nor unsettled (`_settled`, which a tally follows) are
+        # passed over: the rest are looked at, in the snapshot's order.
+        unsettled = kept_members(memo, UNSETTLED, groups, _unsettled)
+        if not touched and not unsettled:
+            return
+        wanted = touched.union(unsettled)
+        for key in filter(wanted.__contains__, groups):
+            group = groups[key]
             if any(pod.scheduler != ctx.config.schedulerName for pod in group.pods):
                 continue  # another scheduler's pods are not ours to evict
             if group.key in touched:

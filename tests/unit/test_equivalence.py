@@ -58,6 +58,9 @@ drawn from a small palette of shapes so that equivalent gangs abound):
   lower priority in any waiting gang's queue; no queue within its fair share with
   its gang added; no gang that passes admission and fits the free room added up)
   (plain: every waiting gang tried).
+- the stale-gang action looks only at the groups touched this cycle and those a
+  tally follows as unsettled (`stale.UNSETTLED`) (plain: the tally made by a walk
+  over every group).
 The plain path is the same cycle with the shortcut switched off; the two plans
 must be equal field by field, statuses and reasons included.
 """
@@ -73,7 +76,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kai_ray.decisions import alike, allocate, consolidate, eviction, ordering, preempt, reclaim
+from kai_ray.decisions import (
+    alike,
+    allocate,
+    consolidate,
+    eviction,
+    ordering,
+    preempt,
+    reclaim,
+    stale,
+)
 from kai_ray.decisions.admission import Freed, freed_in_queues, is_preemptible
 from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.cycle import run_cycle
@@ -365,6 +377,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (eviction, "_freed", _freed_afresh),
     (consolidate, "kept_members", _members_afresh),
     (eviction, "kept_members", _members_afresh),
+    (stale, "kept_members", _members_afresh),
     (eviction, "no_domain_could_hold", lambda ctx, group, units, new_budget: False),
     (eviction, "could_fit_without", lambda tx, group, victims: True),
     (eviction, "domain_could_hold_in_total", lambda tx, group, domains, units, pods, budget: True),
