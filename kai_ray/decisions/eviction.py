@@ -30,7 +30,6 @@ this module's. Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import itertools
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -1066,18 +1065,17 @@ def _untouched_units(ctx: CycleContext, protection: Protection, below: int | Non
 
     def build() -> Untouched:
         groups = victim_groups(ctx)
-        chosen = [
-            found
-            for queue, found in groups.by_queue.items()
-            if below is None or groups.lowest[queue] < below
-        ]
+        entries: Iterable[tuple[int, PodGroupState, int]] = groups.in_order
+        if below is not None:
+            chosen = {queue for queue, lowest in groups.lowest.items() if lowest < below}
+            entries = [entry for entry in groups.in_order if entry[1].queue in chosen]
         queues: dict[str, int] = {}
         units: list[VictimUnit] = []
         queue_of: list[int] = []
         ends: list[float] = []
         parts: list[tuple[PodGroupState, int, int, list[int] | None]] = []
         removed = tx.removed
-        for _, group, priority in heapq.merge(*chosen, key=lambda entry: entry[0]):
+        for _, group, priority in entries:
             if below is not None and priority >= below:
                 continue
             found, found_ends = _units_and_ends(tx, group, priority, protection)
@@ -1129,9 +1127,11 @@ def _units_and_ends(
 
 @dataclass(frozen=True)
 class VictimGroups:
-    """The groups that may give victims, per leaf queue, each with its position in
-    the snapshot and its priority; and each queue's lowest priority."""
+    """The groups that may give victims, in the snapshot's order and per leaf queue,
+    each with its place among them and its priority; and each queue's lowest
+    priority."""
 
+    in_order: list[tuple[int, PodGroupState, int]]
     by_queue: dict[str, list[tuple[int, PodGroupState, int]]]
     lowest: dict[str, int]
 
@@ -1150,19 +1150,19 @@ def victim_groups(ctx: CycleContext) -> VictimGroups:
     def build() -> VictimGroups:
         groups = ctx.snapshot.pod_groups
         givers = kept_members(tx.memo, GIVERS, groups, _giver)
-        found = VictimGroups({}, {})
-        if not givers:
-            return found
-        position = {key: index for index, key in enumerate(groups)}
-        for key, (owner, priority) in givers.items():
+        found = VictimGroups([], {}, {})
+        # The givers in the snapshot's order: the keys filtered (in C), not every
+        # group looked at in turn.
+        for key in filter(givers.__contains__, groups):
+            owner, priority = givers[key]
             if owner != scheduler:
                 continue
             group = groups[key]
-            found.by_queue.setdefault(group.queue, []).append((position[key], group, priority))
+            entry = (len(found.in_order), group, priority)
+            found.in_order.append(entry)
+            found.by_queue.setdefault(group.queue, []).append(entry)
             lowest = found.lowest.get(group.queue, priority)
             found.lowest[group.queue] = min(lowest, priority)
-        for entries in found.by_queue.values():
-            entries.sort(key=lambda entry: entry[0])
         return found
 
     return tx.memo.get(VICTIM_GROUPS, scheduler, build)

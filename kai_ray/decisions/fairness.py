@@ -64,7 +64,15 @@ class Claim:
 
 def queue_resource(node: QueueNode, resource: str) -> tuple[float, float, float]:
     """(quota, limit, overQuotaWeight) of one resource of one queue: the one lookup
-    of a queue's bounds (unset: no quota, no limit, weight 1)."""
+    of a queue's bounds (unset: no quota, no limit, weight 1), kept on the node once
+    read (admission and reclaim ask it of every search)."""
+    found = node.bounds.get(resource)
+    if found is None:
+        found = node.bounds[resource] = _queue_resource(node, resource)
+    return found
+
+
+def _queue_resource(node: QueueNode, resource: str) -> tuple[float, float, float]:
     for key, entry in node.spec.resources.items():
         if canonical_name(key) == resource:
             return _amount(entry.quota, 0.0), _amount(entry.limit, math.inf), entry.overQuotaWeight

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -52,6 +52,11 @@ class QueueNode:
     usage: Mapping[str, float]
     #: The usage history its status persisted (read once, after a restart).
     usage_history: tuple[UsageInterval, ...] = ()
+    #: Per resource: its (quota, limit, over-quota weight), parsed from `spec` when
+    #: first asked (`fairness.queue_resource`); a new node starts without any.
+    bounds: dict[str, tuple[float, float, float]] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     @property
     def is_leaf(self) -> bool:

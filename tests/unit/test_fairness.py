@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -213,3 +214,22 @@ def test_kept_shares_are_worked_out_again_when_any_input_changes(
     for number, args in enumerate(changes, start=2):
         assert kept.get(*args) == fair_shares(*args)
         assert len(divided) == number
+
+
+def test_a_queues_bounds_are_kept_with_its_node_and_not_carried_to_a_new_spec() -> None:
+    """`queue_resource` keeps each resource's (quota, limit, weight) on the node once
+    read; a node made with another spec (`dataclasses.replace`) reads its own."""
+    queues = [
+        make_queue("root").build(),
+        make_queue("team").parent("root").gpu(quota=8, limit=16, over_quota_weight=2).build(),
+    ]
+    node = build_snapshot(ClusterObjects(queues=queues)).queues["team"]
+    assert fairness.queue_resource(node, GPU) == (8.0, 16.0, 2.0)
+    assert fairness.queue_resource(node, GPU) == (8.0, 16.0, 2.0)
+    assert fairness.queue_resource(node, "cpu") == (0.0, math.inf, 1.0)
+    other = build_snapshot(
+        ClusterObjects(queues=[queues[0], make_queue("team").parent("root").gpu(quota=4).build()])
+    ).queues["team"]
+    changed = dataclasses.replace(node, spec=other.spec)
+    assert fairness.queue_resource(changed, GPU) == (4.0, math.inf, 1.0)
+    assert fairness.queue_resource(node, GPU) == (8.0, 16.0, 2.0)
