@@ -132,10 +132,10 @@ class Budget:
 
     def shared(self, anchor: object, build: Callable[[], T]) -> T:
         """`build()`: a value that reads, of this budget, only what `takes_alone`
-        answers (asked of a budget that took nothing), and besides only `anchor`
-        (which it keeps alive). Budgets that answer `takes_alone` alike may share it
-        (`FairShareBudget`: one run's, at one ledger version, for one reclaimer and
-        the same resources asked); here it is worked out every time."""
+        answers (asked of a budget that took nothing), and besides only `anchor`.
+        Budgets that answer `takes_alone` alike may share it (`FairShareBudget`: one
+        run's, at one ledger version, for one reclaimer and the same resources
+        asked, kept with the anchor); here it is worked out every time."""
         return build()
 
 
