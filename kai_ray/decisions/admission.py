@@ -139,14 +139,20 @@ class FreedWhenRead(Mapping[str, Resources]):
         self._ledger, self._victims = ledger, victims
         self._amounts: dict[str, Resources] = {}
         self._names: dict[str, None] | None = None
+        self._leaf_order: dict[str, None] | None = None
 
     def _every_name(self) -> dict[str, None]:
         """The queues on some victim's path, in `freed_in_queues`' order."""
         if self._names is None:
             path = self._ledger.path
-            leaves = dict.fromkeys(victim.queue for victim in self._victims)
-            self._names = {name: None for leaf in leaves for name in path(leaf)}
+            self._names = {name: None for leaf in self._leaves() for name in path(leaf)}
         return self._names
+
+    def _leaves(self) -> dict[str, None]:
+        """The victims' leaf queues, in the order they first come."""
+        if self._leaf_order is None:
+            self._leaf_order = dict.fromkeys(victim.queue for victim in self._victims)
+        return self._leaf_order
 
     def __getitem__(self, name: str) -> Resources:
         found = self._amounts.get(name)
@@ -154,8 +160,9 @@ class FreedWhenRead(Mapping[str, Resources]):
             if name not in self._every_name():
                 raise KeyError(name)
             path, amounts = self._ledger.path, dict[str, float]()
+            under = {leaf for leaf in self._leaves() if name in path(leaf)}
             for victim in self._victims:
-                if name in path(victim.queue):
+                if victim.queue in under:
                     add_into(amounts, victim.requests)
             found = self._amounts[name] = Resources.from_canonical(amounts)
         return found

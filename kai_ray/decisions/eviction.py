@@ -932,7 +932,7 @@ def running_units(
     groups = victim_groups(ctx)
     accepted = frozenset(
         queue
-        for queue in groups.by_queue
+        for queue in groups.lowest
         if (below is None or groups.lowest[queue] < below) and may_take(queue)
     )
     untouched = _untouched_units(ctx, protection, below)
@@ -1065,17 +1065,17 @@ def _untouched_units(ctx: CycleContext, protection: Protection, below: int | Non
 
     def build() -> Untouched:
         groups = victim_groups(ctx)
-        entries: Iterable[tuple[int, PodGroupState, int]] = groups.in_order
+        entries: Iterable[tuple[PodGroupState, int]] = groups.in_order
         if below is not None:
             chosen = {queue for queue, lowest in groups.lowest.items() if lowest < below}
-            entries = [entry for entry in groups.in_order if entry[1].queue in chosen]
+            entries = [entry for entry in groups.in_order if entry[0].queue in chosen]
         queues: dict[str, int] = {}
         units: list[VictimUnit] = []
         queue_of: list[int] = []
         ends: list[float] = []
         parts: list[tuple[PodGroupState, int, int, list[int] | None]] = []
         removed = tx.removed
-        for _, group, priority in entries:
+        for group, priority in entries:
             if below is not None and priority >= below:
                 continue
             found, found_ends = _units_and_ends(tx, group, priority, protection)
@@ -1127,12 +1127,10 @@ def _units_and_ends(
 
 @dataclass(frozen=True)
 class VictimGroups:
-    """The groups that may give victims, in the snapshot's order and per leaf queue,
-    each with its place among them and its priority; and each queue's lowest
-    priority."""
+    """The groups that may give victims, in the snapshot's order, each with its
+    priority; and each of their leaf queues' lowest priority."""
 
-    in_order: list[tuple[int, PodGroupState, int]]
-    by_queue: dict[str, list[tuple[int, PodGroupState, int]]]
+    in_order: list[tuple[PodGroupState, int]]
     lowest: dict[str, int]
 
 
@@ -1142,15 +1140,16 @@ VICTIM_GROUPS = MemoKey[VictimGroups]("victim groups")
 
 def victim_groups(ctx: CycleContext) -> VictimGroups:
     """Running preemptible groups of this scheduler, seen whole, with victim units,
-    grouped by leaf queue once per cycle, each queue's in the snapshot's order. The
-    groups that may give victims at all are followed from cycle to cycle (a tally's
-    members, `totals.kept_members`): the walk is over them, not over every group."""
+    listed once per cycle in the snapshot's order, with each leaf queue's lowest
+    priority. The groups that may give victims at all are followed from cycle to
+    cycle (a tally's members, `totals.kept_members`): the walk is over them, not
+    over every group."""
     scheduler, tx = ctx.config.schedulerName, ctx.transaction
 
     def build() -> VictimGroups:
         groups = ctx.snapshot.pod_groups
         givers = kept_members(tx.memo, GIVERS, groups, _giver)
-        found = VictimGroups([], {}, {})
+        found = VictimGroups([], {})
         # The givers in the snapshot's order: the keys filtered (in C), not every
         # group looked at in turn.
         for key in filter(givers.__contains__, groups):
@@ -1158,9 +1157,7 @@ def victim_groups(ctx: CycleContext) -> VictimGroups:
             if owner != scheduler:
                 continue
             group = groups[key]
-            entry = (len(found.in_order), group, priority)
-            found.in_order.append(entry)
-            found.by_queue.setdefault(group.queue, []).append(entry)
+            found.in_order.append((group, priority))
             lowest = found.lowest.get(group.queue, priority)
             found.lowest[group.queue] = min(lowest, priority)
         return found
