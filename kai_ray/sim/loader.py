@@ -7,6 +7,7 @@ can exit with status 2 and one line. Reading files is the only I/O here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -59,8 +60,9 @@ class Document:
     raw: Mapping[str, Any]
     source: str
 
-    @property
+    @functools.cached_property
     def ref(self) -> ObjectRef:
+        """Who the document is (read once: every pod checked from a template names it)."""
         return object_ref(self.raw, self.source)
 
 

@@ -26,6 +26,7 @@ from kai_ray.sim.report import build_report
 from kai_ray.sim.summary import gpu_quotas
 from kai_ray.sim.sweep import VariantResult, check_variants, run_sweep
 from kai_ray.sim.tables import print_summary, print_sweep
+from kai_ray.state.heap import collector_paused
 from kai_ray.values.config import duration_seconds
 from kai_ray.values.errors import InvalidObjectError, ObjectRef, Problem
 
@@ -77,15 +78,22 @@ def read_documents(inputs: Sequence[Path], traces: Sequence[Path] = ()) -> list[
 
 def run_simulation(options: Options) -> int:
     limit = parse_until(options.until)
-    documents = read_documents(options.inputs, options.traces)
+    # The inputs, and the engine made of them, are kept for the whole run: no cycle
+    # collections while they are made (`heap.collector_paused`).
     if options.sweeps:
+        with collector_paused():
+            documents = read_documents(options.inputs, options.traces)
         return _run_sweep(options, documents, limit)
-    base = apply_overrides(load_documents(documents), [parse_set(s) for s in options.sets])
-    sim = Simulation(base, until=limit)
+    with collector_paused():
+        documents = read_documents(options.inputs, options.traces)
+        base = apply_overrides(load_documents(documents), [parse_set(s) for s in options.sets])
+        sim = Simulation(base, until=limit)
     with _progress_bar(options, "simulating", sim.horizon()) as advance:
         sim.run(progress=advance)
-    result = build_report(sim)
-    _write_outputs(result, options.report, options.plot, gpu_quotas(base.queues))
+    # The report is kept whole until written: made with the collector paused too.
+    with collector_paused():
+        result = build_report(sim)
+        _write_outputs(result, options.report, options.plot, gpu_quotas(base.queues))
     if not options.quiet:
         print_summary(result, gpu_quotas(base.queues), options.console)
     return 0

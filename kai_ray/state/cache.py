@@ -41,11 +41,12 @@ from kai_ray.state.dra_view import (
     with_claims,
     with_devices,
 )
+from kai_ray.state.heap import collector_paused
 from kai_ray.state.incremental import SnapshotKeeper
 from kai_ray.state.keeping import Changes
 from kai_ray.state.nodes import NodeFacts, NodeReading, read_node, read_nodes
 from kai_ray.state.pod_states import PodState, read_pod
-from kai_ray.state.snapshot import ClusterObjects, Snapshot, _cyclic_gc_paused, with_dra
+from kai_ray.state.snapshot import ClusterObjects, Snapshot, with_dra
 from kai_ray.values.dra import DraSettings
 from kai_ray.values.errors import InvalidFieldError, InvalidObjectError, Problem
 from kai_ray.values.names import (
@@ -483,7 +484,7 @@ class ClusterCache:
         """This cycle's snapshot: the last one patched with what changed since."""
         self._expire_assumed()
         self._release_reservations()
-        with _cyclic_gc_paused():
+        with collector_paused():
             view = self.dra_view()
             if self._nodes is None:
                 self._nodes = self._node_reading()

@@ -40,3 +40,19 @@ def settle() -> None:
     """Move what is alive now out of the collector's sight (within `long_lived_heap`):
     for the state a process has just loaded, which it keeps."""
     gc.freeze()
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No cycle collection while the block runs, for a block that makes many objects
+    and keeps them (a snapshot built; a simulation's inputs read and loaded): each
+    full pass would walk every object made so far and find nothing to free (40% of a
+    snapshot's build at 40,000 pods; half of loading the 80,000 jobs of the 4,096-node
+    week). The collector's state is restored on exit."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
