@@ -20,13 +20,14 @@ always tried. Pure: no I/O.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable
+import itertools
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 
 from kai_ray.decisions.admission import is_preemptible
 from kai_ray.decisions.booking import placeable
 from kai_ray.decisions.context import CycleContext
 from kai_ray.decisions.kept import PER_GROUP, kept_per_group
-from kai_ray.decisions.ordering import group_priority
+from kai_ray.decisions.ordering import Candidate, group_priority
 from kai_ray.decisions.placement.equivalence import Signature, plain_signature, signature
 from kai_ray.decisions.placement.inter_pod import in_play
 from kai_ray.decisions.transaction import MemoKey, Transaction
@@ -66,6 +67,49 @@ def alike_keys(ctx: CycleContext) -> Callable[[PodGroupState], Hashable | None]:
         return _key(ctx, keys, group)
 
     return key_of
+
+
+def kinds_of(ctx: CycleContext) -> Callable[[Sequence[PodGroupState]], list[Hashable | None]]:
+    """`alike_key` of many gangs at once, in order, for the walks over the whole
+    backlog (allocate's rest, reclaim's judged kinds, consolidation's turn): every
+    gang whose key is kept for its very state, no member of it placed this cycle, is
+    answered inside one comprehension, without a call per gang (three walks a cycle
+    over thousands of waiting gangs: a call each was a fifteenth of an overloaded
+    run); the others as `_key` answers them, in their order. The same keys as
+    `alike_keys` gives one by one, as long as the state does not move between the
+    call and the reading (a caller that moves it asks again for the gangs left)."""
+    keys = _this_cycle(ctx)
+    if keys is None:
+        return lambda groups: [_key(ctx, None, group) for group in groups]
+    placed = ctx.transaction.groups_placed_pending
+
+    def of(groups: Sequence[PodGroupState]) -> list[Hashable | None]:
+        return [
+            found[1]
+            if (found := keys.get(group.key)) is not None
+            and found[0] is group
+            and group.key not in placed
+            else _key(ctx, keys, group)
+            for group in groups
+        ]
+
+    return of
+
+
+#: How many gangs a walk reads the kinds of at once (`with_kinds`): a walk that stops
+#: early has read at most this many ahead.
+WALK_CHUNK = 256
+
+
+def with_kinds(
+    ctx: CycleContext, candidates: Iterable[Candidate]
+) -> Iterator[tuple[Candidate, Hashable | None]]:
+    """Each candidate with its gang's `alike_key`, the keys read a chunk at a time
+    (`kinds_of`), for a walk that does not move the state (judging changes nothing)
+    and may stop at any job."""
+    of, jobs = kinds_of(ctx), iter(candidates)
+    while chunk := list(itertools.islice(jobs, WALK_CHUNK)):
+        yield from zip(chunk, of([candidate.group for candidate in chunk]), strict=True)
 
 
 def _key(

@@ -32,7 +32,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from kai_ray.decisions.admission import is_preemptible, refusal
-from kai_ray.decisions.alike import alike_keys
+from kai_ray.decisions.alike import alike_keys, with_kinds
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.kept import PER_GROUP
@@ -176,10 +176,9 @@ class _Allocation:
         if ctx.hand_over_now():
             return False
         reasons: list[tuple[PodGroupState, str]] = []
-        key_of = alike_keys(ctx)
-        for candidate in waiting.remaining():
+        # Judging changes nothing: the jobs' kinds are read many at once (`with_kinds`).
+        for candidate, alike in with_kinds(ctx, waiting.remaining()):
             group = candidate.group
-            alike = key_of(group)
             if alike is None:
                 # No kind: judged on its own, out of turn (its turn would meet this
                 # very state, nothing placed before it).
@@ -198,9 +197,7 @@ class _Allocation:
             if not reason:
                 return False
             reasons.append((group, reason))
-        state, waits = ctx.plan.statuses.state, self.waiting_status
-        for group, reason in reasons:
-            state(waits(group, reason))
+        ctx.plan.statuses.state_all(self.waiting_statuses(reasons))
         if self.debug:
             for group, reason in reasons:
                 ctx.log.debug("%s waits: %s", group.key, reason)
@@ -261,6 +258,21 @@ class _Allocation:
         status = GroupStatus(group.key, False, reason)
         last[group.key] = (group, status)
         return status
+
+    def waiting_statuses(self, reasons: list[tuple[PodGroupState, str]]) -> list[GroupStatus]:
+        """`waiting_status` of each group for its reason, the statuses stated last of
+        the very states for the same reasons looked up without a call each."""
+        last, waits = self.last_statuses, self.waiting_status
+        if last is None:
+            return [waits(group, reason) for group, reason in reasons]
+        return [
+            found[1]
+            if (found := last.get(group.key)) is not None
+            and found[0] is group
+            and found[1].reason == reason
+            else waits(group, reason)
+            for group, reason in reasons
+        ]
 
     def refusal_of(self, candidate: Candidate) -> str | None:
         """Why admission refuses the job's minimum now (`admission.refusal`), or None."""

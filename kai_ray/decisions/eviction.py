@@ -45,7 +45,7 @@ from kai_ray.decisions.admission import (
     is_preemptible,
     refusal,
 )
-from kai_ray.decisions.alike import alike_keys
+from kai_ray.decisions.alike import alike_keys, with_kinds
 from kai_ray.decisions.booking import book
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.fairness import quota_of
@@ -837,10 +837,10 @@ class Refusals:
         wakes: list[float | None] = []
         plan = ctx.plan
         # The state does not move while the jobs are judged (a search that moved it
-        # raises): the refusals kept at it and the kinds are read once for the walk.
-        known, kind_of = self._at(ctx), refusal_kinds(ctx)
-        for candidate in jobs:
-            kind = kind_of(candidate)
+        # raises): the refusals kept at it are read once for the walk, and the jobs'
+        # kinds many at once (`alike.with_kinds`: those `refusal_kinds` gives).
+        known = self._at(ctx)
+        for candidate, kind in with_kinds(ctx, jobs):
             if kind is not None:
                 if kind in judged:
                     continue

@@ -18,7 +18,7 @@ that is already bound to the same node is a no-op. Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from kai_ray.state.dra_allocate import ClaimAllocation
@@ -109,6 +109,17 @@ class GroupStatuses:
                 nominated=before.nominated if status.nominated is None else status.nominated,
             )
         self._by_group[status.group] = status
+
+    def state_all(self, statuses: Iterable[GroupStatus]) -> None:
+        """`state` each of `statuses` in order; a group not stated before is set at
+        once (nothing said of it to keep), without a call each (a backlog's thousands
+        of waiting statuses)."""
+        by_group, state = self._by_group, self.state
+        for status in statuses:
+            if status.group in by_group:
+                state(status)
+            else:
+                by_group[status.group] = status
 
     def get(self, group: str) -> GroupStatus | None:
         return self._by_group.get(group)

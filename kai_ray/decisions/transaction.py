@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Container, Hashable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -193,6 +193,12 @@ class Transaction:
         """Whether some pending pod of the group is placed (the same as looking its
         pending pods up in `placed`, without the walk)."""
         return group in self._pending_placed
+
+    @property
+    def groups_placed_pending(self) -> Container[str]:
+        """The groups `placed_pending` says True of (read only), for a walk that asks
+        of many without a call each."""
+        return self._pending_placed.keys()
 
     def _count_placed(self, placement: Placement, change: int) -> None:
         pod = self.snapshot.pods.get(placement.bind.pod)

@@ -251,9 +251,9 @@ def waiting_candidates(tx: Transaction) -> Mapping[str, Sequence[Candidate]]:
     by_queue = kept_for_waiting(tx.memo, CANDIDATES, tx.snapshot, WaitingCandidates).by_queue
     if not tx.placed:
         return by_queue
+    placed = tx.groups_placed_pending
     return {
-        queue: [c for c in jobs if not tx.placed_pending(c.group.key)]
-        for queue, jobs in by_queue.items()
+        queue: [c for c in jobs if c.group.key not in placed] for queue, jobs in by_queue.items()
     }
 
 
@@ -264,7 +264,8 @@ def waiting_in_turn(tx: Transaction) -> list[PodGroupState]:
     every = kept_for_waiting(tx.memo, CANDIDATES, tx.snapshot, WaitingCandidates).in_turn
     if not tx.placed:
         return [candidate.group for candidate in every]
-    return [c.group for c in every if not tx.placed_pending(c.group.key)]
+    placed = tx.groups_placed_pending
+    return [c.group for c in every if c.group.key not in placed]
 
 
 def waiting_jobs(tx: Transaction) -> WaitingJobs:

@@ -12,11 +12,13 @@ from collections.abc import Hashable
 
 import pytest
 
-from kai_ray.decisions import allocate
-from kai_ray.decisions.alike import alike_key, alike_keys
+from kai_ray.decisions import alike, allocate
+from kai_ray.decisions.alike import alike_key, alike_keys, kinds_of, with_kinds
+from kai_ray.decisions.allocate import AllocateAction
 from kai_ray.decisions.context import ActionRegistry, CycleContext
 from kai_ray.decisions.cycle import run_cycle
 from kai_ray.decisions.kept import KeptPerGroup
+from kai_ray.decisions.ordering import candidate_for
 from kai_ray.decisions.totals import GroupTotals
 from kai_ray.decisions.transaction import MemoKey
 from kai_ray.state.cache import NODE, POD, POD_GROUP, QUEUE, ClusterCache
@@ -156,3 +158,70 @@ def test_a_gang_of_no_kind_behind_a_deep_backlog_waits_as_its_turn_would_say(
     assert not stated["default/with-subgroups"][0] and stated["default/with-subgroups"][1]
     monkeypatch.setattr(allocate._Allocation, "rest_wait", lambda *_: False)
     assert statuses() == stated
+
+
+class _WalkProbe:
+    """Runs after allocate: the keys of every waiting gang read many at once
+    (`kinds_of`, `with_kinds`), before and after they are kept, against
+    `alike_key` one by one."""
+
+    name = "reclaim"
+
+    def __init__(self) -> None:
+        self.keys: list[Hashable | None] = []
+        self.placed: list[str] = []
+
+    def run(self, ctx: CycleContext) -> None:
+        groups = list(ctx.snapshot.waiting_groups)
+        self.placed = [g.key for g in groups if ctx.transaction.placed_pending(g.key)]
+        at_once = kinds_of(ctx)(groups)  # the first reading of the cycle, nothing kept
+        one_by_one = [alike_key(ctx, group) for group in groups]
+        assert at_once == one_by_one
+        assert kinds_of(ctx)(groups) == one_by_one  # kept now
+        walked = list(with_kinds(ctx, [candidate_for(group) for group in groups]))
+        assert [candidate.group for candidate, _ in walked] == groups
+        assert [kind for _, kind in walked] == one_by_one
+        self.keys = one_by_one
+
+
+def test_kinds_read_many_at_once_are_the_keys_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gangs alike and not, one of no kind, one of a queue with a per-GPU-type limit
+    (read afresh), and gangs allocate placed this cycle (no key), walked in chunks of
+    two, in two cycles (the keys then kept from the first)."""
+    monkeypatch.setattr(alike, "WALK_CHUNK", 2)
+    cache = ClusterCache(SCHEDULER)
+    cache.upsert(make_queue("team-a").build(), QUEUE)
+    typed = make_queue("typed").gpu(limit=64).resource("nvidia.com/gpu.product=H100", limit=16)
+    cache.upsert(typed.build(), QUEUE)
+    node = make_node("n0").gpus(8).label("nvidia.com/gpu.product", "H100")
+    cache.upsert(node.build(), NODE)
+    _gang(cache, "fits", gpus=4, size=1)  # placed by allocate: no key after it
+    for i in range(5):
+        _gang(cache, f"a{i}")
+    _gang(cache, "other-shape", gpus=2, size=5)
+    _gang(cache, "with-subgroups", subgroup=True)
+    _gang(cache, "typed-1", queue="typed")
+    _gang(cache, "typed-2", queue="typed")
+    registry = ActionRegistry()
+    registry.register(AllocateAction())
+    probe = _WalkProbe()
+    registry.register(probe)
+    config = SchedulerConfig.model_validate({"spec": {"actions": ["allocate", "reclaim"]}})
+    totals = GroupTotals()
+    for cycle in (1, 2, 3):
+        if cycle == 3:  # a gang asks for another shape: its kept key is not its key
+            for i in range(2):
+                pod = make_pod(f"a1-{i}").group("a1").gpus(16).scheduler(SCHEDULER)
+                cache.upsert(pod.build(), POD)
+        run_cycle(cache.snapshot(), config, cycle, 0.0, registry=registry, totals=totals)
+        assert probe.placed == ["default/fits"]
+        keys = dict(zip([g.key for g in cache.snapshot().waiting_groups], probe.keys, strict=True))
+        assert keys["default/fits"] is None
+        assert keys["default/with-subgroups"] is None
+        assert keys["default/a0"] is not None and keys["default/a0"] == keys["default/a4"]
+        assert (
+            keys["default/typed-1"] is not None
+            and keys["default/typed-1"] == keys["default/typed-2"]
+        )
+        assert len({keys["default/a0"], keys["default/other-shape"], keys["default/typed-1"]}) == 3
+        assert (keys["default/a1"] == keys["default/a0"]) is (cycle < 3)
