@@ -27,6 +27,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -59,6 +60,15 @@ class Waited:
 
     refused: str | None
     failure: KnownFailure | None
+    #: The reason when it is the same for every gang of the kind (it names no pod):
+    #: read without a call for each of a backlog's thousands; else None.
+    every: str | None = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        failure = self.failure
+        same = failure is None or failure.pod_position is None
+        every = self.refused or (failure.reason if failure is not None else None)
+        object.__setattr__(self, "every", every if same or self.refused else None)
 
     def reason_for(self, group: PodGroupState) -> str | None:
         """The reason as `group` waits: the refusal, else the failure rendered for its pods."""
@@ -193,7 +203,7 @@ class _Allocation:
                 if waited is None:
                     return False
                 known[alike] = waited
-            reason = waited.reason_for(group)
+            reason = waited.every or waited.reason_for(group)
             if not reason:
                 return False
             reasons.append((group, reason))
