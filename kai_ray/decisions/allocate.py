@@ -65,10 +65,10 @@ class Waited:
     every: str | None = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        failure = self.failure
-        same = failure is None or failure.pod_position is None
-        every = self.refused or (failure.reason if failure is not None else None)
-        object.__setattr__(self, "every", every if same or self.refused else None)
+        every, failure = self.refused, self.failure
+        if not every and failure is not None and failure.pod_position is None:
+            every = failure.reason
+        object.__setattr__(self, "every", every or None)
 
     def reason_for(self, group: PodGroupState) -> str | None:
         """The reason as `group` waits: the refusal, else the failure rendered for its pods."""

@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from kai_ray.decisions.allocate import AllocateAction
+from kai_ray.decisions.allocate import AllocateAction, Waited
 from kai_ray.decisions.context import HAND_OVER_AT, ActionRegistry, CycleContext
 from kai_ray.decisions.cycle import CycleResult, builtin_actions, run_cycle
+from kai_ray.decisions.placement.equivalence import POD_KEY, KnownFailure
+from kai_ray.decisions.placement.reasons import Code
 from kai_ray.decisions.usage import UsageState
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
 from kai_ray.values.config import DEFAULT_ACTIONS, SchedulerConfig
@@ -282,3 +284,29 @@ def test_a_cycle_that_places_little_is_never_cut_short() -> None:
     )
     assert not result.cut_short and len(result.plan.binds) == 32 and not asked
     assert len([s for s in result.plan.statuses if not s.admitted]) == 168
+
+
+def test_a_kinds_reason_read_once_is_the_one_each_gang_would_render() -> None:
+    """`Waited.every` (the reason read once for a kind) is each gang's own reason
+    whenever it is set, and unset only where the reason names a gang's pod."""
+    pods = [make_pod(f"g-{i}").group("g").gpus(8).scheduler("kai-ray").build() for i in range(2)]
+    objects = ClusterObjects(
+        queues=[make_queue("q").build()],
+        pod_groups=[make_pod_group("g").queue("q").min_member(2).build()],
+        pods=pods,
+    )
+    group = build_snapshot(objects).pod_groups["default/g"]
+    whole = KnownFailure(Code.UNSCHEDULABLE, "no node fits", None)
+    named = KnownFailure(Code.UNSCHEDULABLE, f"pod {POD_KEY} fits nowhere", 1)
+    cases = [
+        (Waited("over its limit", None), "over its limit"),
+        (Waited("over its limit", named), "over its limit"),
+        (Waited(None, whole), "no node fits"),
+        (Waited(None, named), None),
+        (Waited(None, None), None),
+        (Waited("", whole), "no node fits"),
+    ]
+    for waited, every in cases:
+        assert waited.every == every
+        assert (waited.every or waited.reason_for(group)) == waited.reason_for(group)
+    assert Waited(None, named).reason_for(group) == f"pod {group.live_pods()[1].key} fits nowhere"
