@@ -74,10 +74,10 @@ def kinds_of(ctx: CycleContext) -> Callable[[Sequence[PodGroupState]], list[Hash
     backlog (allocate's rest, reclaim's judged kinds, consolidation's turn): every
     gang whose key is kept for its very state, no member of it placed this cycle, is
     answered inside one comprehension, without a call per gang (three walks a cycle
-    over thousands of waiting gangs: a call each was 7 % of an overloaded run's
-    CPU); the others as `_key` answers them, in their order. The same keys as
-    `alike_keys` gives one by one, as long as the state does not move between the
-    call and the reading (a caller that moves it asks again for the gangs left)."""
+    over thousands of waiting gangs); the others as `_key` answers them, in their
+    order. The same keys as `alike_keys` gives one by one, as long as the state
+    does not move between the call and the reading (a caller that moves it asks
+    again for the gangs left)."""
     keys = _this_cycle(ctx)
     if keys is None:
         return lambda groups: [_key(ctx, None, group) for group in groups]
