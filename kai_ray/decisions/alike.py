@@ -71,13 +71,11 @@ def alike_keys(ctx: CycleContext) -> Callable[[PodGroupState], Hashable | None]:
 
 def kinds_of(ctx: CycleContext) -> Callable[[Sequence[PodGroupState]], list[Hashable | None]]:
     """`alike_key` of many gangs at once, in order, for the walks over the whole
-    backlog (allocate's rest, reclaim's judged kinds, consolidation's turn): every
-    gang whose key is kept for its very state, no member of it placed this cycle, is
-    answered inside one comprehension, without a call per gang (three walks a cycle
-    over thousands of waiting gangs); the others as `_key` answers them, in their
-    order. The same keys as `alike_keys` gives one by one, as long as the state
-    does not move between the call and the reading (a caller that moves it asks
-    again for the gangs left)."""
+    backlog that judging does not change (allocate's rest, reclaim's judged
+    kinds): every gang whose key is kept for its very state, no member of it
+    placed this cycle, is answered inside one comprehension, without a call per
+    gang; the others as `_key` answers them, in their order. The same keys as
+    `alike_keys` gives one by one while the state does not move."""
     keys = _this_cycle(ctx)
     if keys is None:
         return lambda groups: [_key(ctx, None, group) for group in groups]

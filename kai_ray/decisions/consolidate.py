@@ -46,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kai_ray.decisions.admission import is_preemptible, refusal
-from kai_ray.decisions.alike import WALK_CHUNK, kinds_of
+from kai_ray.decisions.alike import alike_keys
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
 from kai_ray.decisions.eviction import NodeDomains, domain_could_hold, gang_domains
@@ -76,12 +76,8 @@ class ConsolidateAction:
             return
         if not some_could_be_tried(ctx):
             return  # every attempt would stop at admission or the total, changing nothing
-        tx, nothing, of = ctx.transaction, set[Hashable](), kinds_of(ctx)
-        groups = in_turn(ctx)
-        # The gangs' kinds are read many at once (`alike.kinds_of`), from `start`: a
-        # move reads those after its gang again, at the state it left.
-        start, kinds = 0, list[Hashable | None]()
-        for at, group in enumerate(groups):
+        tx, nothing, key_of = ctx.transaction, set[Hashable](), alike_keys(ctx)
+        for group in in_turn(ctx):
             # A gang judged alike to one nothing came of at this very state (the
             # transaction, the evictions planned, the ledger) is not judged again:
             # nothing would come of it either, and the failed attempt left no trace
@@ -89,9 +85,7 @@ class ConsolidateAction:
             # with a key has no member bound, so it is never among the movable.
             # Only an attempt moves the state: `nothing` holds the kinds judged at
             # the state as it is, and starts afresh when an attempt moved it.
-            if at - start >= len(kinds):
-                start, kinds = at, of(groups[at : at + WALK_CHUNK])
-            alike = kinds[at - start]
+            alike = key_of(group)
             if alike is not None and alike in nothing:
                 continue
             before = (tx.version, len(ctx.plan.evictions), ctx.ledger.version)
@@ -100,7 +94,7 @@ class ConsolidateAction:
                 if moved is not None and book(ctx, step) is None:
                     _adopt(ctx, group, moved)
             if (tx.version, len(ctx.plan.evictions), ctx.ledger.version) != before:
-                nothing, kinds = set(), kinds[: at - start + 1]
+                nothing = set()
             if alike is not None and moved is None:
                 nothing.add(alike)
 

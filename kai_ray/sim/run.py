@@ -80,12 +80,11 @@ def run_simulation(options: Options) -> int:
     limit = parse_until(options.until)
     # The inputs, and the engine made of them, are kept for the whole run: no cycle
     # collections while they are made (`heap.collector_paused`).
-    if options.sweeps:
-        with collector_paused():
-            documents = read_documents(options.inputs, options.traces)
-        return _run_sweep(options, documents, limit)
     with collector_paused():
         documents = read_documents(options.inputs, options.traces)
+    if options.sweeps:
+        return _run_sweep(options, documents, limit)
+    with collector_paused():
         base = apply_overrides(load_documents(documents), [parse_set(s) for s in options.sets])
         sim = Simulation(base, until=limit)
     with _progress_bar(options, "simulating", sim.horizon()) as advance:

@@ -368,7 +368,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (consolidate, "_movable_memo", consolidate._movable_gangs),
     (consolidate, "first_movable", _movable_sorted),
     (consolidate, "_attempt_key", lambda ctx, group: None),
-    (consolidate, "kinds_of", lambda ctx: lambda groups: [None] * len(groups)),
+    (consolidate, "alike_keys", lambda ctx: lambda group: None),
     (consolidate, "in_turn", _in_turn_sorted),
     (allocate, "alike_keys", lambda ctx: lambda group: None),
     (allocate, "with_kinds", lambda ctx, jobs: ((job, None) for job in jobs)),
