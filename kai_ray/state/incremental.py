@@ -475,17 +475,16 @@ class SnapshotKeeper:
             free = _read_only(self.allocatable - used)
             gpu_free = _read_only(self.device_free.copy())
             devices = tuple(self.devices)
-            trees = True
         else:
             used, free, gpu_free, devices = last.used, last.free, last.gpu_free, last.gpu_devices
-        topologies = last.topologies if last is not None else MappingProxyType({})
-        if trees:
+        # The trees say which nodes make up each domain: read again when the
+        # Topologies or the nodes change, not when pods do.
+        if trees or last is None or last.node_index is not self.node_index:
             self.topology_problems = []
-            available = self.ready & ~self.unschedulable
             objects = source.topology_objects()
-            topologies = _topologies(
-                self.memo, objects, self.labels, free, available, self.topology_problems
-            )
+            topologies = _topologies(self.memo, objects, self.labels, self.topology_problems)
+        else:
+            topologies = last.topologies
         self._accounted = False
         return Snapshot(
             resource_names=self.names,

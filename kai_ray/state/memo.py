@@ -11,7 +11,8 @@ snapshot differ from a fresh build:
   `PodState` objects (readings are immutable, so identity is enough);
 - Topology and PodGroup validations, while the object is equal to the copy
   that was validated (so an object changed in place is validated again);
-- each topology's layout over the node labels, while nodes and spec stay;
+- each topology's tree over the node labels, while nodes and spec stay (a tree
+  holds no resources: pods that come and go leave it as it is);
 - each `PodGroupState`, while its validated group and its members stay.
 
 `build_snapshot` uses a fresh memo (one build, nothing kept); a caller that
@@ -33,7 +34,7 @@ from kai_ray.state.devices import GpuDevices, NodeDevices
 from kai_ray.state.groups import PodGroupState
 from kai_ray.state.nodes import NodeFacts
 from kai_ray.state.pod_states import PodState
-from kai_ray.state.topology import TopologyLayout, TopologyTree
+from kai_ray.state.topology import TopologyTree
 
 Matrix = npt.NDArray[np.float64]
 Model = TypeVar("Model")
@@ -97,11 +98,8 @@ class SnapshotMemo:
         self.columns: tuple[str, ...] = ()
         self.used: Matrix = np.zeros((0, 0), dtype=np.float64)
         self.device_free: Matrix = np.zeros((0, 0), dtype=np.float64)
-        #: The free matrix and available flags the last trees were filled from.
-        self.free: Matrix | None = None
-        self.available: npt.NDArray[np.bool_] | None = None
-        #: Topology name -> (validated Topology, its layout, the last tree filled in).
-        self.layouts: dict[str, tuple[Any, TopologyLayout, TopologyTree | None]] = {}
+        #: Topology name -> (validated Topology, its tree over the nodes' labels).
+        self.layouts: dict[str, tuple[Any, TopologyTree]] = {}
         self.topologies: ValidatedCache[Any] = ValidatedCache()
         self.pod_groups: ValidatedCache[Any] = ValidatedCache()
         self.group_states: dict[str, PodGroupState] = {}
@@ -116,4 +114,3 @@ class SnapshotMemo:
             self.used = np.zeros((0, 0), dtype=np.float64)
             self.device_free = np.zeros((0, 0), dtype=np.float64)
             self.layouts.clear()
-            self.free = self.available = None

@@ -38,7 +38,7 @@ from kai_ray.state.nodes import NodeFacts, Taint, read_nodes
 from kai_ray.state.pod_states import PodState, read_pods
 from kai_ray.state.problems import object_ref, validation_problems
 from kai_ray.state.queues import QueueTree, build_queue_tree
-from kai_ray.state.topology import TopologyTree, fill_topology_tree, topology_layout
+from kai_ray.state.topology import TopologyTree, topology_layout, topology_tree
 from kai_ray.values.api import PodGroup, Topology
 from kai_ray.values.dra import DraSettings
 from kai_ray.values.errors import Problem
@@ -281,8 +281,7 @@ def assemble_snapshot(
     labels = tuple(n.labels for n in nodes)
     # 4. The trees and the groups.
     queues, queue_problems = build_queue_tree(objects.queues, objects.usage)
-    available = ready & ~unschedulable
-    topologies = _topologies(memo, objects.topologies, labels, free, available, problems)
+    topologies = _topologies(memo, objects.topologies, labels, problems)
     pod_groups, group_problems = build_pod_groups(
         objects.pod_groups,
         pods,
@@ -421,22 +420,11 @@ def _topologies(
     memo: SnapshotMemo,
     objects: Sequence[Mapping[str, Any]],
     labels: Sequence[Mapping[str, str]],
-    free: Matrix,
-    available: Flags,
     problems: list[Problem],
 ) -> Mapping[str, TopologyTree]:
+    """Each valid Topology's tree over the nodes' labels: the one kept while its
+    object and the labels are the same (the memo forgets them with other nodes)."""
     trees: dict[str, TopologyTree] = {}
-    # Nothing freed or taken since the last build: its trees hold as they are.
-    same_free = (
-        memo.free is not None
-        and memo.available is not None
-        and np.array_equal(memo.free, free)
-        and np.array_equal(memo.available, available)
-    )
-    # What the kept trees were filled from: only domains with a changed node are summed again.
-    before = None
-    if memo.free is not None and memo.available is not None:
-        before = (memo.free, memo.available)
     for obj in objects:
         ref = object_ref(obj, "Topology")
         try:
@@ -449,15 +437,14 @@ def _topologies(
             continue
         kept = memo.layouts.get(ref.name)
         if kept is None or kept[0] is not topology:
-            kept = (topology, topology_layout(topology, labels), None)
-        tree = kept[2] if same_free and kept[2] is not None else None
-        tree = tree or fill_topology_tree(kept[1], free, available, kept[2], before)
-        memo.layouts[ref.name] = (topology, kept[1], tree)
-        trees[topology.metadata.name] = tree
-    # A tree not filled now is not kept: it would be stale when its Topology returns.
+            kept = memo.layouts[ref.name] = (
+                topology,
+                topology_tree(topology_layout(topology, labels)),
+            )
+        trees[topology.metadata.name] = kept[1]
+    # A tree not read now is not kept: its Topology may come back laid out otherwise.
     for name in [name for name in memo.layouts if name not in trees]:
         del memo.layouts[name]
-    memo.free, memo.available = free, available
     return MappingProxyType(trees)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.memo import SnapshotMemo, ValidatedCache
 from kai_ray.state.nodes import read_nodes
 from kai_ray.state.pod_states import read_pods
@@ -33,7 +34,7 @@ def _same(a: Snapshot, b: Snapshot) -> None:
         fresh = b.topologies[name]
         assert tree.domains.keys() == fresh.domains.keys()
         for key, domain in tree.domains.items():
-            assert domain.free.tolist() == fresh.domains[key].free.tolist(), key
+            assert domain.node_indices.tolist() == fresh.domains[key].node_indices.tolist(), key
 
 
 def test_a_kept_memo_follows_binds_releases_and_objects_changed_in_place() -> None:
@@ -60,18 +61,21 @@ def test_a_kept_memo_follows_binds_releases_and_objects_changed_in_place() -> No
         _same(kept, build_snapshot(objects))
         return kept
 
-    assert len(check().pending_pods) == 2
+    first = check()
+    assert len(first.pending_pods) == 2
+    kept_tree = first.topologies["dc"]
     pods[0]["spec"]["nodeName"] = "n0"  # bound: a new reading of that pod
     pods[1]["spec"]["nodeName"] = "n0"
     bound = check()
     assert bound.gpu_devices[0].whole_free == 0
-    assert bound.topologies["dc"].domains["r0"].free[bound.column("gpu")] == 8
+    assert bound.topologies["dc"] is kept_tree  # pods came: the tree is as it was
+    assert Transaction(bound).domain_free("dc", 0)[0, bound.column("gpu")] == 8
     group["spec"]["queue"] = "other"  # changed in place: validated again
     assert check().pod_groups["default/g"].queue == "other"
     del pods[1]  # released
     released = check()
     assert released.gpu_devices[0].whole_free == 4
-    assert released.topologies["dc"].domains["r0"].free[released.column("gpu")] == 12
+    assert Transaction(released).domain_free("dc", 0)[0, released.column("gpu")] == 12
 
 
 def test_a_validation_is_kept_until_its_object_changes_json_or_not() -> None:

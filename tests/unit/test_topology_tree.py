@@ -1,10 +1,12 @@
-"""Topology trees: levels, domains qualified by their parents, free resources per domain."""
+"""Topology trees: levels, domains qualified by their parents; free resources per domain
+as decisions sum them (`Transaction.domain_free`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from kai_ray.decisions.transaction import Transaction
 from kai_ray.state.snapshot import ClusterObjects, Snapshot, build_snapshot
 from kai_ray.state.topology import TopologyTree
 from tests.builders import make_node, make_pod, make_topology
@@ -81,13 +83,19 @@ def test_nodes_missing_a_label_are_outside_that_level_and_below() -> None:
     assert all(not d.id.endswith("/n5") and d.id != "n5" for d in dc.domains.values())
 
 
+def domain_gpus(snapshot: Snapshot, topology: str, domain_id: str) -> float:
+    """The GPUs a decision counts free in one domain, from a fresh transaction."""
+    domain = snapshot.topologies[topology].domains[domain_id]
+    index = snapshot.topologies[topology].levels[domain.level].domains.index(domain)
+    free = Transaction(snapshot).domain_free(topology, domain.level)
+    return float(free[index, snapshot.column("gpu")])
+
+
 def test_domain_free_adds_up_the_free_of_its_nodes() -> None:
     snapshot = two_blocks()
-    dc = snapshot.topologies["dc"]
-    gpu = snapshot.column("gpu")
-    assert dc.domains["block-a"].free[gpu] == 8 * 3 - 3
-    assert dc.domains["block-a/rack-1"].free[gpu] == 13
-    assert dc.domains["block-b"].free[gpu] == 16
+    assert domain_gpus(snapshot, "dc", "block-a") == 8 * 3 - 3
+    assert domain_gpus(snapshot, "dc", "block-a/rack-1") == 13
+    assert domain_gpus(snapshot, "dc", "block-b") == 16
 
 
 def test_unready_and_cordoned_nodes_add_nothing_to_a_domain() -> None:
@@ -99,9 +107,8 @@ def test_unready_and_cordoned_nodes_add_nothing_to_a_domain() -> None:
     snapshot = build_snapshot(
         ClusterObjects(nodes=nodes, topologies=[make_topology("t", RACK).build()])
     )
-    rack = snapshot.topologies["t"].domains["r1"]
-    assert rack.free[snapshot.column("gpu")] == 8
-    assert len(rack.node_indices) == 3
+    assert domain_gpus(snapshot, "t", "r1") == 8
+    assert len(snapshot.topologies["t"].domains["r1"].node_indices) == 3
 
 
 def test_an_overcommitted_node_does_not_eat_into_its_neighbours() -> None:
@@ -114,13 +121,11 @@ def test_an_overcommitted_node_does_not_eat_into_its_neighbours() -> None:
         ClusterObjects(nodes=nodes, pods=pods, topologies=[make_topology("t", RACK).build()])
     )
     assert snapshot.free[snapshot.node_index["full"], snapshot.column("gpu")] == -1
-    assert snapshot.topologies["t"].domains["r1"].free[snapshot.column("gpu")] == 4
+    assert domain_gpus(snapshot, "t", "r1") == 4
 
 
 def test_tree_arrays_are_read_only() -> None:
     domain = tree().domains["block-a"]
-    with pytest.raises(ValueError, match="read-only"):
-        domain.free[0] = 1.0
     with pytest.raises(ValueError, match="read-only"):
         domain.node_indices[0] = 1
     with pytest.raises(ValueError, match="read-only"):
