@@ -26,7 +26,7 @@ from kai_ray.sim.report import build_report
 from kai_ray.sim.summary import gpu_quotas
 from kai_ray.sim.sweep import VariantResult, check_variants, run_sweep
 from kai_ray.sim.tables import print_summary, print_sweep
-from kai_ray.state.heap import collector_paused
+from kai_ray.state.heap import collector_paused, long_lived_heap, settle
 from kai_ray.values.config import duration_seconds
 from kai_ray.values.errors import InvalidObjectError, ObjectRef, Problem
 
@@ -78,21 +78,26 @@ def read_documents(inputs: Sequence[Path], traces: Sequence[Path] = ()) -> list[
 
 def run_simulation(options: Options) -> int:
     limit = parse_until(options.until)
-    # The inputs, and the engine made of them, are kept for the whole run: no cycle
-    # collections while they are made (`heap.collector_paused`).
-    with collector_paused():
-        documents = read_documents(options.inputs, options.traces)
-    if options.sweeps:
-        return _run_sweep(options, documents, limit)
-    with collector_paused():
-        base = apply_overrides(load_documents(documents), [parse_set(s) for s in options.sets])
-        sim = Simulation(base, until=limit)
-    with _progress_bar(options, "simulating", sim.horizon()) as advance:
-        sim.run(progress=advance)
-    # The report is kept whole until written: made with the collector paused too.
-    with collector_paused():
-        result = build_report(sim)
-        _write_outputs(result, options.report, options.plot, gpu_quotas(base.queues))
+    # The inputs, the engine made of them and the report are kept whole, each made
+    # with no cycle collection (`heap.collector_paused`) and moved out of the
+    # collector's sight before it comes back (`heap.settle`, within the command's
+    # `long_lived_heap`, which the run's own block runs inside).
+    with long_lived_heap():
+        with collector_paused():
+            documents = read_documents(options.inputs, options.traces)
+            settle()
+        if options.sweeps:
+            return _run_sweep(options, documents, limit)
+        with collector_paused():
+            base = apply_overrides(load_documents(documents), [parse_set(s) for s in options.sets])
+            sim = Simulation(base, until=limit)
+            settle()
+        with _progress_bar(options, "simulating", sim.horizon()) as advance:
+            sim.run(progress=advance)
+        with collector_paused():
+            result = build_report(sim)
+            _write_outputs(result, options.report, options.plot, gpu_quotas(base.queues))
+            settle()
     if not options.quiet:
         print_summary(result, gpu_quotas(base.queues), options.console)
     return 0

@@ -20,25 +20,44 @@ from collections.abc import Iterator
 YOUNGEST, MIDDLE, OLDEST = 50_000, 20, 100
 
 
+#: How many `long_lived_heap` blocks are open (the outermost tunes and restores).
+_open = 0
+
+
 @contextlib.contextmanager
 def long_lived_heap() -> Iterator[None]:
     """Collect cycles less often while the block runs: what is alive on entry is
     moved out of the collector's sight (`gc.freeze`; `settle` does so again for
     what came since) and the youngest generation grows larger. Both are restored
-    on exit."""
+    on exit. A block inside another runs within the outer one's setting and leaves
+    it as it is (the simulator's run inside the command that loads its input)."""
+    global _open
+    if _open:
+        _open += 1
+        try:
+            yield
+        finally:
+            _open -= 1
+        return
     thresholds = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(max(thresholds[0], YOUNGEST), MIDDLE, OLDEST)
+    _open += 1
     try:
         yield
     finally:
+        _open -= 1
         gc.set_threshold(*thresholds)
         gc.unfreeze()
 
 
 def settle() -> None:
     """Move what is alive now out of the collector's sight (within `long_lived_heap`):
-    for the state a process has just loaded, which it keeps."""
+    for the state a process has just loaded, which it keeps. Inside
+    `collector_paused`, before the collector comes back: what the block made was
+    never collected, so it is all in the youngest generation, and the first
+    collection after the pause would walk every object of it (2 s after loading
+    the 4,096-node week)."""
     gc.freeze()
 
 

@@ -16,8 +16,16 @@ import pytest
 import kai_ray.sim.run as run
 from kai_ray.sim.engine import Simulation
 from kai_ray.tools.cli import main
+from kai_ray.tools.cli import run as run_command
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
+
+
+def _frozen(sim: Simulation) -> bool:
+    """Whether the engine's objects are out of the collector's sight: frozen objects
+    are in no generation, so `gc.get_objects()` of every generation misses them."""
+    everything = {id(obj) for generation in range(3) for obj in gc.get_objects(generation)}
+    return gc.is_tracked(sim) and id(sim) not in everything and gc.get_freeze_count() > 0
 
 
 @pytest.fixture
@@ -49,6 +57,8 @@ def test_inputs_and_report_are_made_with_the_collector_paused_and_the_run_with_i
 
     def running(self: Simulation, *args: Any, **kwargs: Any) -> None:
         seen["running"] = gc.isenabled()
+        # The loaded input and the engine are out of the collector's sight.
+        seen["engine frozen"] = _frozen(self)
         simulate(self, *args, **kwargs)
 
     def reporting(sim: Simulation) -> Any:
@@ -62,8 +72,15 @@ def test_inputs_and_report_are_made_with_the_collector_paused_and_the_run_with_i
     report = tmp_path / "report.json"
     assert main(["simulate", str(QUICKSTART), "--report", str(report), "--quiet"]) == 0
     assert report.exists()
-    assert seen == {"reading": False, "loading": False, "running": True, "reporting": False}
+    assert seen == {
+        "reading": False,
+        "loading": False,
+        "running": True,
+        "engine frozen": True,
+        "reporting": False,
+    }
     assert gc.isenabled()
+    assert gc.get_freeze_count() == 0  # all given back once the command is done
 
 
 def test_a_refused_input_leaves_the_collector_on(tmp_path: Path, collector: None) -> None:
@@ -71,6 +88,19 @@ def test_a_refused_input_leaves_the_collector_on(tmp_path: Path, collector: None
     bad.write_text("apiVersion: v1\nkind: Secret\nmetadata: {name: x}\n")
     assert main(["simulate", str(bad), "--quiet"]) != 0
     assert gc.isenabled()
+
+
+def test_the_process_ends_with_what_it_holds_out_of_the_collectors_sight(
+    monkeypatch: pytest.MonkeyPatch, collector: None
+) -> None:
+    monkeypatch.setattr("sys.argv", ["kai-ray", "simulate", str(QUICKSTART), "--quiet"])
+    try:
+        with pytest.raises(SystemExit) as ended:
+            run_command()
+        assert ended.value.code == 0
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 def test_a_collector_the_caller_turned_off_stays_off(collector: None) -> None:

@@ -18,3 +18,21 @@ def test_the_collector_is_tuned_inside_and_restored_after() -> None:
         assert gc.get_freeze_count() >= frozen + len(kept)
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
+
+
+def test_a_block_inside_another_leaves_the_outer_setting_as_it_is() -> None:
+    before = gc.get_threshold()
+    with long_lived_heap():
+        tuned = gc.get_threshold()
+        kept = [[i] for i in range(1000)]
+        settle()
+        frozen = gc.get_freeze_count()
+        assert frozen >= len(kept)
+        with long_lived_heap():
+            assert gc.get_threshold() == tuned
+            assert gc.get_freeze_count() == frozen
+        # The inner block's end neither gives back what the outer froze nor its tuning.
+        assert gc.get_freeze_count() == frozen
+        assert gc.get_threshold() == tuned
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
