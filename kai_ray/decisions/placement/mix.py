@@ -154,20 +154,24 @@ def lay_out(tx: Transaction, classes: Iterable[tuple[PodState, float]]) -> MixAr
 
 @dataclass
 class TransactionMix:
-    """The mix a transaction scores with, and its layout: the same object while the
-    classes and their probabilities stay (scores kept for it stay right)."""
+    """The mix a transaction scores with, and its layout (made on first use and kept
+    for the transaction; its arrays are the same object while the classes and their
+    probabilities stay, so scores kept for them stay right)."""
 
     mix: WorkloadMix
     _arrays: MixArrays | None = None
 
     def arrays(self, tx: Transaction) -> MixArrays:
-        classes = self.mix.heaviest()
-        keys = tuple(class_key(pod) for pod, _ in classes)
-        if self._arrays is None or self._arrays.keys != keys:
-            self._arrays = _laid_out(tx, classes, keys)
-        probability = np.array([p for _, p in classes], dtype=np.float64)
-        if not np.array_equal(probability, self._arrays.probability):
-            self._arrays = _with_probability(self._arrays, probability)
+        """The mix laid out over the transaction's nodes: once, on first use (the mix
+        does not change while the transaction lasts; placement asks for every pod)."""
+        if self._arrays is None:
+            classes = self.mix.heaviest()
+            keys = tuple(class_key(pod) for pod, _ in classes)
+            probability = np.array([p for _, p in classes], dtype=np.float64)
+            arrays = _laid_out(tx, classes, keys)
+            if not np.array_equal(probability, arrays.probability):
+                arrays = _with_probability(arrays, probability)
+            self._arrays = arrays
         return self._arrays
 
 
@@ -235,8 +239,8 @@ class ClassCounts:
         self._counts: dict[Hashable, dict[_Time, int]] = {}
         self._examples: dict[Hashable, PodState] = {}
         self._order: dict[Hashable, str] = {}
-        #: Per class: (times, counts) in time order; unreadable times are NaN.
-        self._laid: dict[Hashable, tuple[Matrix, Matrix]] = {}
+        #: Per class: (times, counts) in time order, unreadable times NaN; its newest time.
+        self._laid: dict[Hashable, tuple[Matrix, Matrix, float | None]] = {}
 
     def follow(self, pods: Mapping[str, PodState], changed: Changed | None = None) -> ClassCounts:
         """Follow `pods`; `changed` (the snapshot's `pods_changed`), when it spans the
@@ -287,9 +291,9 @@ class ClassCounts:
         half_life = duration_seconds(settings.halfLife)
         kinds = sorted(self._counts, key=self._order.__getitem__)
         laid = [self._layout(kind) for kind in kinds]
-        newest = max((float(np.nanmax(t)) for t, _ in laid if not np.isnan(t).all()), default=0.0)
+        newest = max((last for _, _, last in laid if last is not None), default=0.0)
         weights: dict[Hashable, float] = {}
-        for kind, (times, counts) in zip(kinds, laid, strict=True):
+        for kind, (times, counts, _) in zip(kinds, laid, strict=True):
             if half_life > 0:
                 age = newest - np.where(np.isnan(times), newest, times)
                 weights[kind] = float(np.dot(counts, np.exp2(-age / half_life)))
@@ -298,13 +302,19 @@ class ClassCounts:
         examples = {kind: self._examples[kind] for kind in kinds}
         return WorkloadMix.of_weights(weights, examples, settings)
 
-    def _layout(self, kind: Hashable) -> tuple[Matrix, Matrix]:
+    def _layout(self, kind: Hashable) -> tuple[Matrix, Matrix, float | None]:
+        """The class's creation times (NaN where unreadable) and counts in time order,
+        with its newest readable time (None when none is): laid out again only when
+        its counts changed."""
         laid = self._laid.get(kind)
         if laid is None:
             rows = sorted(self._counts[kind].items())
             times = [math.nan if unreadable else seconds for (unreadable, seconds, _), _ in rows]
             counts = [n for _, n in rows]
-            laid = (np.array(times, dtype=np.float64), np.array(counts, dtype=np.float64))
+            # Readable times sort first, in time order: the newest is the last of them.
+            readable = [seconds for (unreadable, seconds, _), _ in rows if not unreadable]
+            newest = readable[-1] if readable else None
+            laid = (np.array(times, dtype=np.float64), np.array(counts, dtype=np.float64), newest)
             self._laid[kind] = laid
         return laid
 
