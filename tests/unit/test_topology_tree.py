@@ -124,6 +124,60 @@ def test_an_overcommitted_node_does_not_eat_into_its_neighbours() -> None:
     assert domain_gpus(snapshot, "t", "r1") == 4
 
 
+def rack_gpus(tx: Transaction, topology: str, domain_id: str) -> float:
+    """The GPUs the transaction counts free in one domain as it is now."""
+    snapshot = tx.snapshot
+    domain = snapshot.topologies[topology].domains[domain_id]
+    index = snapshot.topologies[topology].levels[domain.level].domains.index(domain)
+    return float(tx.domain_free(topology, domain.level)[index, snapshot.column("gpu")])
+
+
+def test_evicting_from_a_cordoned_node_frees_nothing_in_its_domain() -> None:
+    """A pod taken off a node no pod may be placed on gives its domain no room: the
+    sums followed through the transaction stay what a sum made afresh counts."""
+    nodes = [
+        make_node("ok").gpus(8).label(RACK, "r1").build(),
+        make_node("cordoned").gpus(8).label(RACK, "r1").cordoned().build(),
+    ]
+    pods = [make_pod("a").gpus(2).on("ok").build(), make_pod("b").gpus(4).on("cordoned").build()]
+    tx = Transaction(
+        build_snapshot(
+            ClusterObjects(nodes=nodes, pods=pods, topologies=[make_topology("t", RACK).build()])
+        )
+    )
+    assert rack_gpus(tx, "t", "r1") == 6
+    mark = tx.checkpoint()
+    tx.evict(tx.snapshot.pods["default/b"], "g")
+    assert rack_gpus(tx, "t", "r1") == 6
+    tx.evict(tx.snapshot.pods["default/a"], "g")
+    assert rack_gpus(tx, "t", "r1") == 8
+    tx.rollback(mark)
+    assert rack_gpus(tx, "t", "r1") == 6
+
+
+def test_evicting_from_an_overcommitted_node_counts_only_what_comes_above_zero() -> None:
+    nodes = [
+        make_node("full").gpus(1).label(RACK, "r1").build(),
+        make_node("idle").gpus(4).label(RACK, "r1").build(),
+    ]
+    pods = [make_pod("big").gpus(1).on("full").build(), make_pod("more").gpus(1).on("full").build()]
+    tx = Transaction(
+        build_snapshot(
+            ClusterObjects(nodes=nodes, pods=pods, topologies=[make_topology("t", RACK).build()])
+        )
+    )
+    assert rack_gpus(tx, "t", "r1") == 4
+    mark = tx.checkpoint()
+    tx.evict(tx.snapshot.pods["default/big"], "g")
+    assert rack_gpus(tx, "t", "r1") == 4
+    tx.evict(tx.snapshot.pods["default/more"], "g")
+    assert rack_gpus(tx, "t", "r1") == 5
+    tx.rollback(mark + 1)
+    assert rack_gpus(tx, "t", "r1") == 4
+    tx.rollback(mark)
+    assert rack_gpus(tx, "t", "r1") == 4
+
+
 def test_tree_arrays_are_read_only() -> None:
     domain = tree().domains["block-a"]
     with pytest.raises(ValueError, match="read-only"):
