@@ -3,6 +3,8 @@ as decisions sum them (`Transaction.domain_free`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -83,12 +85,25 @@ def test_nodes_missing_a_label_are_outside_that_level_and_below() -> None:
     assert all(not d.id.endswith("/n5") and d.id != "n5" for d in dc.domains.values())
 
 
-def domain_gpus(snapshot: Snapshot, topology: str, domain_id: str) -> float:
-    """The GPUs a decision counts free in one domain, from a fresh transaction."""
+def free_gpus(tx: Transaction, topology: str, domain_id: str) -> float:
+    """The GPUs the transaction counts free in one domain as it is now."""
+    snapshot = tx.snapshot
     domain = snapshot.topologies[topology].domains[domain_id]
     index = snapshot.topologies[topology].levels[domain.level].domains.index(domain)
-    free = Transaction(snapshot).domain_free(topology, domain.level)
-    return float(free[index, snapshot.column("gpu")])
+    return float(tx.domain_free(topology, domain.level)[index, snapshot.column("gpu")])
+
+
+def domain_gpus(snapshot: Snapshot, topology: str, domain_id: str) -> float:
+    """The GPUs a decision counts free in one domain, from a fresh transaction."""
+    return free_gpus(Transaction(snapshot), topology, domain_id)
+
+
+def racked(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Transaction:
+    """A transaction on these nodes and pods, with a Topology "t" of racks."""
+    topologies = [make_topology("t", RACK).build()]
+    return Transaction(
+        build_snapshot(ClusterObjects(nodes=nodes, pods=pods, topologies=topologies))
+    )
 
 
 def test_domain_free_adds_up_the_free_of_its_nodes() -> None:
@@ -104,11 +119,9 @@ def test_unready_and_cordoned_nodes_add_nothing_to_a_domain() -> None:
         make_node("down").gpus(8).label(RACK, "r1").unready().build(),
         make_node("cordoned").gpus(8).label(RACK, "r1").cordoned().build(),
     ]
-    snapshot = build_snapshot(
-        ClusterObjects(nodes=nodes, topologies=[make_topology("t", RACK).build()])
-    )
-    assert domain_gpus(snapshot, "t", "r1") == 8
-    assert len(snapshot.topologies["t"].domains["r1"].node_indices) == 3
+    tx = racked(nodes, [])
+    assert free_gpus(tx, "t", "r1") == 8
+    assert len(tx.snapshot.topologies["t"].domains["r1"].node_indices) == 3
 
 
 def test_an_overcommitted_node_does_not_eat_into_its_neighbours() -> None:
@@ -117,19 +130,9 @@ def test_an_overcommitted_node_does_not_eat_into_its_neighbours() -> None:
         make_node("idle").gpus(4).label(RACK, "r1").build(),
     ]
     pods = [make_pod("big").gpus(1).on("full").build(), make_pod("more").gpus(1).on("full").build()]
-    snapshot = build_snapshot(
-        ClusterObjects(nodes=nodes, pods=pods, topologies=[make_topology("t", RACK).build()])
-    )
-    assert snapshot.free[snapshot.node_index["full"], snapshot.column("gpu")] == -1
-    assert domain_gpus(snapshot, "t", "r1") == 4
-
-
-def rack_gpus(tx: Transaction, topology: str, domain_id: str) -> float:
-    """The GPUs the transaction counts free in one domain as it is now."""
-    snapshot = tx.snapshot
-    domain = snapshot.topologies[topology].domains[domain_id]
-    index = snapshot.topologies[topology].levels[domain.level].domains.index(domain)
-    return float(tx.domain_free(topology, domain.level)[index, snapshot.column("gpu")])
+    tx = racked(nodes, pods)
+    assert tx.snapshot.free[tx.snapshot.node_index["full"], tx.snapshot.column("gpu")] == -1
+    assert free_gpus(tx, "t", "r1") == 4
 
 
 def test_evicting_from_a_cordoned_node_frees_nothing_in_its_domain() -> None:
@@ -140,19 +143,15 @@ def test_evicting_from_a_cordoned_node_frees_nothing_in_its_domain() -> None:
         make_node("cordoned").gpus(8).label(RACK, "r1").cordoned().build(),
     ]
     pods = [make_pod("a").gpus(2).on("ok").build(), make_pod("b").gpus(4).on("cordoned").build()]
-    tx = Transaction(
-        build_snapshot(
-            ClusterObjects(nodes=nodes, pods=pods, topologies=[make_topology("t", RACK).build()])
-        )
-    )
-    assert rack_gpus(tx, "t", "r1") == 6
+    tx = racked(nodes, pods)
+    assert free_gpus(tx, "t", "r1") == 6
     mark = tx.checkpoint()
     tx.evict(tx.snapshot.pods["default/b"], "g")
-    assert rack_gpus(tx, "t", "r1") == 6
+    assert free_gpus(tx, "t", "r1") == 6
     tx.evict(tx.snapshot.pods["default/a"], "g")
-    assert rack_gpus(tx, "t", "r1") == 8
+    assert free_gpus(tx, "t", "r1") == 8
     tx.rollback(mark)
-    assert rack_gpus(tx, "t", "r1") == 6
+    assert free_gpus(tx, "t", "r1") == 6
 
 
 def test_evicting_from_an_overcommitted_node_counts_only_what_comes_above_zero() -> None:
@@ -161,21 +160,17 @@ def test_evicting_from_an_overcommitted_node_counts_only_what_comes_above_zero()
         make_node("idle").gpus(4).label(RACK, "r1").build(),
     ]
     pods = [make_pod("big").gpus(1).on("full").build(), make_pod("more").gpus(1).on("full").build()]
-    tx = Transaction(
-        build_snapshot(
-            ClusterObjects(nodes=nodes, pods=pods, topologies=[make_topology("t", RACK).build()])
-        )
-    )
-    assert rack_gpus(tx, "t", "r1") == 4
+    tx = racked(nodes, pods)
+    assert free_gpus(tx, "t", "r1") == 4
     mark = tx.checkpoint()
     tx.evict(tx.snapshot.pods["default/big"], "g")
-    assert rack_gpus(tx, "t", "r1") == 4
+    assert free_gpus(tx, "t", "r1") == 4
     tx.evict(tx.snapshot.pods["default/more"], "g")
-    assert rack_gpus(tx, "t", "r1") == 5
+    assert free_gpus(tx, "t", "r1") == 5
     tx.rollback(mark + 1)
-    assert rack_gpus(tx, "t", "r1") == 4
+    assert free_gpus(tx, "t", "r1") == 4
     tx.rollback(mark)
-    assert rack_gpus(tx, "t", "r1") == 4
+    assert free_gpus(tx, "t", "r1") == 4
 
 
 def test_tree_arrays_are_read_only() -> None:
