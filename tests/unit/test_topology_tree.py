@@ -133,6 +133,16 @@ def test_an_overcommitted_node_does_not_eat_into_its_neighbours() -> None:
     tx = racked(nodes, pods)
     assert tx.snapshot.free[tx.snapshot.node_index["full"], tx.snapshot.column("gpu")] == -1
     assert free_gpus(tx, "t", "r1") == 4
+    # Evicted in a transaction, its pods give the domain only what comes above zero.
+    mark = tx.checkpoint()
+    tx.evict(tx.snapshot.pods["default/big"], "g")
+    assert free_gpus(tx, "t", "r1") == 4
+    tx.evict(tx.snapshot.pods["default/more"], "g")
+    assert free_gpus(tx, "t", "r1") == 5
+    tx.rollback(mark + 1)
+    assert free_gpus(tx, "t", "r1") == 4
+    tx.rollback(mark)
+    assert free_gpus(tx, "t", "r1") == 4
 
 
 def test_evicting_from_a_cordoned_node_frees_nothing_in_its_domain() -> None:
@@ -152,25 +162,6 @@ def test_evicting_from_a_cordoned_node_frees_nothing_in_its_domain() -> None:
     assert free_gpus(tx, "t", "r1") == 8
     tx.rollback(mark)
     assert free_gpus(tx, "t", "r1") == 6
-
-
-def test_evicting_from_an_overcommitted_node_counts_only_what_comes_above_zero() -> None:
-    nodes = [
-        make_node("full").gpus(1).label(RACK, "r1").build(),
-        make_node("idle").gpus(4).label(RACK, "r1").build(),
-    ]
-    pods = [make_pod("big").gpus(1).on("full").build(), make_pod("more").gpus(1).on("full").build()]
-    tx = racked(nodes, pods)
-    assert free_gpus(tx, "t", "r1") == 4
-    mark = tx.checkpoint()
-    tx.evict(tx.snapshot.pods["default/big"], "g")
-    assert free_gpus(tx, "t", "r1") == 4
-    tx.evict(tx.snapshot.pods["default/more"], "g")
-    assert free_gpus(tx, "t", "r1") == 5
-    tx.rollback(mark + 1)
-    assert free_gpus(tx, "t", "r1") == 4
-    tx.rollback(mark)
-    assert free_gpus(tx, "t", "r1") == 4
 
 
 def test_tree_arrays_are_read_only() -> None:
