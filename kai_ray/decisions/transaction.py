@@ -179,7 +179,8 @@ class Transaction:
         amount = (placement.device_fraction or 1.0) * (-1.0 if placement.removal else 1.0)
         for index in placement.bind.gpu_devices:
             self.devices[node, index] -= amount
-        self._node_changed(node, self._undo[-1].free_row, -placement.taken)
+        self._follow_domains(node, self._undo[-1].free_row, self.free[node], -placement.taken)
+        self._node_changed(node)
         if placement.dra_devices or placement.bind.claims or placement.dra_freed:
             self._claim(placement, undo=False)
         self.placements.append(placement)
@@ -295,15 +296,16 @@ class Transaction:
             raise ValueError(f"cannot roll back to {mark}: committed up to {self._committed}")
         while len(self.placements) > mark:
             placement, undo = self.placements.pop(), self._undo.pop()
-            before = self.free[placement.node].copy()
-            self.free[placement.node] = undo.free_row
-            self.devices[placement.node] = undo.device_row
+            node = placement.node
+            self._follow_domains(node, self.free[node], undo.free_row, placement.taken)
+            self.free[node] = undo.free_row
+            self.devices[node] = undo.device_row
             self.version = undo.version
             if placement.removal:
                 self.removed.pop(placement.bind.pod, None)
             elif self.placed.pop(placement.bind.pod, None) is not None:
                 self._count_placed(placement, -1)
-            self._node_changed(placement.node, before, placement.taken)
+            self._node_changed(node)
             if placement.dra_devices or placement.bind.claims or placement.dra_freed:
                 self._claim(placement, undo=True)
 
@@ -345,16 +347,16 @@ class Transaction:
         add_rows(sums, tree_level.node_domain[inside], countable[inside])
         return sums
 
-    def _node_changed(self, node: int, before: Matrix, delta: Matrix) -> None:
-        """The node's free row went from `before` to its row now, by `delta`: the
-        domain sums follow what `_sum_domains` counts of it (nothing on a node no pod
-        may be placed on, nothing below zero), the raw delta when both rows count
-        whole."""
+    def _node_changed(self, node: int) -> None:
         self.changed_nodes.append(node)
         self.whole_free[node] = np.count_nonzero(self.devices[node] >= 1.0 - EPSILON)
+
+    def _follow_domains(self, node: int, before: Matrix, after: Matrix, delta: Matrix) -> None:
+        """The node's free row goes from `before` to `after`, by `delta`: the domain
+        sums follow what `_sum_domains` counts of it (nothing on a node no pod may be
+        placed on, nothing below zero), the raw delta when both rows count whole."""
         if not self._domain_free or not self.snapshot.schedulable[node]:
             return
-        after = self.free[node]
         if (before < 0.0).any() or (after < 0.0).any():
             delta = np.maximum(after, 0.0) - np.maximum(before, 0.0)
         for (topology, level), sums in self._domain_free.items():
