@@ -8,14 +8,17 @@ last bit: the same classes, in the same order, with the same probabilities.
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kai_ray.decisions.cycle import run_cycle
-from kai_ray.decisions.placement.mix import ClassCounts, class_key
+from kai_ray.decisions.placement.mix import ClassCounts, _time, _Times, class_key
 from kai_ray.decisions.totals import GroupTotals
 from kai_ray.state.cache import POD, ClusterCache
 from kai_ray.state.snapshot import Snapshot
@@ -134,3 +137,43 @@ def _pod(index: int, wave: int, node: str | None) -> dict[str, Any]:
 
 def _cache() -> ClusterCache:
     return ClusterCache(SCHEDULER)
+
+
+#: Creation times as the counts read them: a few readable ones, sharing seconds with
+#: another text, and unreadable ones.
+TEXTS = [
+    "2026-01-01T00:00:00Z",
+    "2026-01-01T00:00:00+00:00",
+    "2026-01-01T00:00:05Z",
+    "2025-12-31T23:59:59Z",
+    "not a time",
+    "",
+]
+
+
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from(TEXTS)), max_size=60))
+def test_a_class_s_times_stay_in_the_order_a_fresh_sort_gives(
+    steps: list[tuple[bool, str]],
+) -> None:
+    """`_Times`, followed through pods coming and going, lays out what sorting the
+    counts afresh gives: times in order, unreadable ones (NaN) last, the counts."""
+    times, counted = _Times(), Counter[str]()
+    for adding, text in steps:
+        if adding:
+            counted[text] += 1
+            times.add(_time(text))
+        elif counted[text]:
+            counted[text] -= 1
+            times.remove(_time(text))
+    rows = sorted((_time(text), n) for text, n in counted.items() if n)
+    assert times.keys == [key for key, _ in rows]
+    assert times.counts == [n for _, n in rows]
+    expected = [math.nan if key[0] else key[1] for key, _ in rows]
+    assert np.array_equal(np.array(times.seconds), np.array(expected), equal_nan=True)
+    counts = ClassCounts()
+    counts._counts["class"] = times
+    seconds, numbers, newest = counts._layout("class")
+    readable = [key[1] for key, _ in rows if not key[0]]
+    assert newest == (readable[-1] if readable else None)
+    assert np.array_equal(seconds, np.array(expected), equal_nan=True)
+    assert numbers.tolist() == [float(n) for _, n in rows]

@@ -22,9 +22,10 @@ snapshot's nodes. Pure: no I/O.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -230,17 +231,22 @@ class ClassCounts:
     weight a sum over its creation times in time order, relative to the newest
     pod. So counts kept from cycle to cycle and counts made afresh give the same
     mix to the last bit, and a cycle pays for the pods that changed, plus one pass
-    comparing identities, instead of counting every pod again."""
+    comparing identities, instead of counting every pod again. Each class keeps its
+    times in that order as pods come and go (`_Times`), and its weight while its
+    times and the newest pod's stay the same."""
 
     def __init__(self) -> None:
         self._pods: Mapping[str, PodState] | None = None
         #: Per live pod key: its class and creation time.
         self._counted: dict[str, tuple[Hashable, _Time]] = {}
-        self._counts: dict[Hashable, dict[_Time, int]] = {}
+        self._counts: dict[Hashable, _Times] = {}
         self._examples: dict[Hashable, PodState] = {}
         self._order: dict[Hashable, str] = {}
         #: Per class: (times, counts) in time order, unreadable times NaN; its newest time.
         self._laid: dict[Hashable, tuple[Matrix, Matrix, float | None]] = {}
+        #: Per class: its weight, with the newest time and the half-life it was
+        #: worked out at (the same again while its layout stays).
+        self._weighed: dict[Hashable, tuple[float, float, float]] = {}
 
     def follow(self, pods: Mapping[str, PodState], changed: Changed | None = None) -> ClassCounts:
         """Follow `pods`; `changed` (the snapshot's `pods_changed`), when it spans the
@@ -264,12 +270,12 @@ class ClassCounts:
         kind = class_key(pod)
         self._counted[key] = (kind, created)
         if kind not in self._counts:
-            self._counts[kind] = {}
+            self._counts[kind] = _Times()
             self._examples[kind] = pod
             self._order[kind] = _canonical(pod)
-        times = self._counts[kind]
-        times[created] = times.get(created, 0) + 1
+        self._counts[kind].add(created)
         self._laid.pop(kind, None)
+        self._weighed.pop(kind, None)
 
     def _forget(self, key: str) -> None:
         counted = self._counted.pop(key, None)
@@ -277,11 +283,10 @@ class ClassCounts:
             return
         kind, created = counted
         times = self._counts[kind]
-        times[created] -= 1
-        if not times[created]:
-            del times[created]
+        times.remove(created)
         self._laid.pop(kind, None)
-        if not times:
+        self._weighed.pop(kind, None)
+        if not times.keys:
             del self._counts[kind], self._examples[kind], self._order[kind]
 
     def mix(self, settings: FragmentationScoring) -> WorkloadMix:
@@ -294,33 +299,68 @@ class ClassCounts:
         newest = max((last for _, _, last in laid if last is not None), default=0.0)
         weights: dict[Hashable, float] = {}
         for kind, (times, counts, _) in zip(kinds, laid, strict=True):
+            found = self._weighed.get(kind)
+            if found is not None and found[0] == newest and found[1] == half_life:
+                weights[kind] = found[2]
+                continue
             if half_life > 0:
                 age = newest - np.where(np.isnan(times), newest, times)
                 weights[kind] = float(np.dot(counts, np.exp2(-age / half_life)))
             else:
                 weights[kind] = float(counts.sum())
+            self._weighed[kind] = (newest, half_life, weights[kind])
         examples = {kind: self._examples[kind] for kind in kinds}
         return WorkloadMix.of_weights(weights, examples, settings)
 
     def _layout(self, kind: Hashable) -> tuple[Matrix, Matrix, float | None]:
         """The class's creation times (NaN where unreadable) and counts in time order,
         with its newest readable time (None when none is): laid out again only when
-        its counts changed."""
+        its counts changed (from `_Times`, kept in that order)."""
         laid = self._laid.get(kind)
         if laid is None:
-            rows = sorted(self._counts[kind].items())
-            times = [math.nan if unreadable else seconds for (unreadable, seconds, _), _ in rows]
-            counts = [n for _, n in rows]
+            times = self._counts[kind]
             # Readable times sort first, in time order: the newest is the last of them.
-            readable = [seconds for (unreadable, seconds, _), _ in rows if not unreadable]
-            newest = readable[-1] if readable else None
-            laid = (np.array(times, dtype=np.float64), np.array(counts, dtype=np.float64), newest)
+            readable = bisect.bisect_left(times.keys, _UNREADABLE)
+            newest = times.seconds[readable - 1] if readable else None
+            seconds = np.array(times.seconds, dtype=np.float64)
+            laid = (seconds, np.array(times.counts, dtype=np.float64), newest)
             self._laid[kind] = laid
         return laid
 
 
+@dataclass
+class _Times:
+    """One class's creation times in the order they sort (`_Time`), each with its Unix
+    seconds (NaN where unreadable) and how many of the pods counted have it: kept in
+    order as pods come and go, so laying a class out reads them as they are instead of
+    sorting every time it has (thousands, in a deep backlog) when one pod changed."""
+
+    keys: list[_Time] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+
+    def add(self, time: _Time) -> None:
+        at = bisect.bisect_left(self.keys, time)
+        if at < len(self.keys) and self.keys[at] == time:
+            self.counts[at] += 1
+            return
+        self.keys.insert(at, time)
+        self.seconds.insert(at, math.nan if time[0] else time[1])
+        self.counts.insert(at, 1)
+
+    def remove(self, time: _Time) -> None:
+        at = bisect.bisect_left(self.keys, time)
+        self.counts[at] -= 1
+        if not self.counts[at]:
+            del self.keys[at], self.seconds[at], self.counts[at]
+
+
 #: A creation time as the counts sort it: (unreadable, Unix seconds or 0, the text).
 _Time = tuple[bool, float, str]
+
+
+#: Sorts before every unreadable time and after every readable one.
+_UNREADABLE: _Time = (True, -math.inf, "")
 
 
 def _time(created: str) -> _Time:
