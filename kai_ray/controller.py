@@ -375,9 +375,9 @@ def validate_topology(body: kopf.Body, warnings: list[str], **kwargs: Any) -> No
 #: How many connections kopf's own requests to the API server may hold at once:
 #: its watches (one per kind in `PLURALS`) and its writes of progress and diff
 #: base. Its built-in session has no bound: a thousand Queues created at once
-#: opened up to 438 TLS connections, each with a 256 KiB read buffer, and the
-#: operator's resident memory rose by 100 MiB and more for as long as they stayed
-#: open (docs/reliability.md). Requests past the bound wait for a free connection.
+#: opened up to 438 TLS connections, each with its own read buffer, kept while
+#: idle, and the operator's resident memory varied by a hundred MiB from run to
+#: run (docs/reliability.md). Requests past the bound wait for a free connection.
 API_CONNECTIONS = 16
 
 
