@@ -59,6 +59,7 @@ from kai_ray.decisions.ordering import (
 from kai_ray.decisions.placement import place_gang
 from kai_ray.decisions.placement.domains import Scope, resolve
 from kai_ray.decisions.placement.filters import static_mask
+from kai_ray.decisions.placement.node_kept import ACROSS_CYCLES, KeptAcrossCycles, same_values
 from kai_ray.decisions.plan import Evict
 from kai_ray.decisions.runtime import Protection, started_at
 from kai_ray.decisions.totals import Tally, kept_members, kept_tally
@@ -963,6 +964,10 @@ class Untouched:
     queue_of: npt.NDArray[np.int64]
     ends: npt.NDArray[np.float64]
     parts: list[tuple[PodGroupState, int, int, list[int] | None]]
+    #: The pods' layout for a layout of nodes and resource columns, shared by the
+    #: lists of the very same units from cycle to cycle (`_Listed`): (node names,
+    #: resource names, layout), or empty.
+    layouts: list[tuple[object, object, UnitPods]] = dataclasses.field(default_factory=list)
 
     def accepted(
         self, accepted: frozenset[str]
@@ -981,7 +986,14 @@ class Untouched:
     def laid_out(self, tx: Transaction) -> UnitPods:
         """The units' pods laid out, joined from each group's kept layout: its nodes
         and holdings in order, and each unit's number from how many pods each has
-        (a group lays its units out one after the other)."""
+        (a group lays its units out one after the other). Kept with the units while
+        they are listed again as they were (`_Listed`) and the nodes and resource
+        columns are the same."""
+        snapshot = tx.snapshot
+        facts = (snapshot.node_names, snapshot.resource_names)
+        for names, columns, laid in self.layouts:
+            if same_values((names, columns), facts):
+                return laid
 
         def build() -> UnitPods:
             nodes: list[npt.NDArray[np.int64]] = []
@@ -1014,7 +1026,9 @@ class Untouched:
                 np.concatenate(held),
             )
 
-        return tx.memo.of_object(UNTOUCHED_PODS, self, None, build)
+        laid = tx.memo.of_object(UNTOUCHED_PODS, self, None, build)
+        self.layouts[:] = [(*facts, laid)]
+        return laid
 
 
 def _kept_group_pods(tx: Transaction) -> GroupLayouts:
@@ -1060,15 +1074,60 @@ def _untouched_units(ctx: CycleContext, protection: Protection, below: int | Non
     victims (of a priority under `below`, when given), with its group's leaf queue
     and the end of the min-runtime that protects it now. What it reads besides the
     groups (kept per cycle) is the pods the transaction evicted, the queue tree and
-    the protection's field and time."""
+    the protection's field and time.
+
+    Before any eviction (a cycle's first search, most of them), the list is the
+    one of the last cycle when the groups that may give victims are the very same
+    objects, with the same priorities, in the same order, and their queues' min-runtimes are
+    the same (`_Listed`, kept across cycles): only which units are protected is
+    read again, against the time. A backlog's cycles mostly place nothing, and
+    the running groups stay as they were."""
     tx = ctx.transaction
 
     def build() -> Untouched:
         groups = victim_groups(ctx)
-        entries: Iterable[tuple[PodGroupState, int]] = groups.in_order
+        entries = groups.in_order
         if below is not None:
             chosen = {queue for queue, lowest in groups.lowest.items() if lowest < below}
-            entries = [entry for entry in groups.in_order if entry[0].queue in chosen]
+            entries = [e for e in groups.in_order if e[0].queue in chosen and e[1] < below]
+        if tx.removed or tx.memo.find(PER_GROUP, None) is None:
+            return _Listed.of(tx, entries, protection).at(protection.now)
+        across = tx.memo.get(ACROSS_CYCLES, None, KeptAcrossCycles)
+        slot = (UNTOUCHED, protection.which, below)
+        listed = across.find(slot, ())
+        if not isinstance(listed, _Listed) or not listed.holds_for(entries, protection):
+            listed = _Listed.of(tx, entries, protection)
+            across.keep(slot, (), listed)
+        return listed.at(protection.now)
+
+    # The transaction is read for the pods it evicted alone: placements made meanwhile
+    # (allocate's, most of a cycle's) leave the list as it was.
+    removed = frozenset(tx.removed)
+    key = (removed, id(protection.tree), protection.which, protection.now, below)
+    return tx.memo.get(UNTOUCHED, key, build)
+
+
+@dataclass(frozen=True, eq=False)
+class _Listed:
+    """The untouched units of some groups that may give victims (`entries`: each
+    group and its priority, in order), with the end of each unit's min-runtime
+    protection whether it protects now or not (NaN: none), and the min-runtime of
+    each queue met, which those ends were worked out from."""
+
+    entries: Sequence[tuple[PodGroupState, int]]
+    minimums: dict[str, float]
+    queues: list[str]
+    units: list[VictimUnit]
+    queue_of: npt.NDArray[np.int64]
+    ends: npt.NDArray[np.float64]
+    parts: list[tuple[PodGroupState, int, int, list[int] | None]]
+    layouts: list[tuple[object, object, UnitPods]]
+
+    @classmethod
+    def of(
+        cls, tx: Transaction, entries: Sequence[tuple[PodGroupState, int]], protection: Protection
+    ) -> _Listed:
+        """The units of `entries` left untouched by the transaction's evictions."""
         queues: dict[str, int] = {}
         units: list[VictimUnit] = []
         queue_of: list[int] = []
@@ -1076,8 +1135,6 @@ def _untouched_units(ctx: CycleContext, protection: Protection, below: int | Non
         parts: list[tuple[PodGroupState, int, int, list[int] | None]] = []
         removed = tx.removed
         for group, priority in entries:
-            if below is not None and priority >= below:
-                continue
             found, found_ends = _units_and_ends(tx, group, priority, protection)
             kept: list[int] | None = None
             if removed:
@@ -1088,21 +1145,36 @@ def _untouched_units(ctx: CycleContext, protection: Protection, below: int | Non
             units += found
             ends += found_ends
             queue_of += [queues.setdefault(group.queue, len(queues))] * len(found)
-        # Protected now: a protection that has not ended (NaN, none, compares False).
-        raw = np.array(ends, dtype=np.float64)
-        return Untouched(
+        minimums = {queue: protection.minimum_of(queue) for queue in queues}
+        return cls(
+            entries,
+            minimums,
             list(queues),
             units,
             np.array(queue_of, dtype=np.int64),
-            np.where(raw > protection.now, raw, np.nan),
+            np.array(ends, dtype=np.float64),
             parts,
+            [],
         )
 
-    # The transaction is read for the pods it evicted alone: placements made meanwhile
-    # (allocate's, most of a cycle's) leave the list as it was.
-    removed = frozenset(tx.removed)
-    key = (removed, id(protection.tree), protection.which, protection.now, below)
-    return tx.memo.get(UNTOUCHED, key, build)
+    def holds_for(
+        self, entries: Sequence[tuple[PodGroupState, int]], protection: Protection
+    ) -> bool:
+        """Listing `entries` untouched, under `protection`'s field and queues, gives
+        these units: the very same group objects and priorities in the same order
+        (a group's units and their ends are derived from it alone, and kept with it:
+        `_units_and_ends`), and the same min-runtime for each queue."""
+        mine = self.entries
+        return (
+            len(mine) == len(entries)
+            and all(a[0] is b[0] and a[1] == b[1] for a, b in zip(mine, entries, strict=True))
+            and all(protection.minimum_of(q) == m for q, m in self.minimums.items())
+        )
+
+    def at(self, now: float) -> Untouched:
+        """The list as of `now`: an end still to come protects (NaN, none, compares False)."""
+        ends = np.where(self.ends > now, self.ends, np.nan)
+        return Untouched(self.queues, self.units, self.queue_of, ends, self.parts, self.layouts)
 
 
 #: Per group: its victim units (`_units_of`) with when a min-runtime protection of

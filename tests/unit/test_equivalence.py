@@ -643,6 +643,72 @@ def test_victim_pods_laid_out_from_kept_layouts_are_those_laid_out_afresh(
     assert any(compared), "no count read a layout: the check compared nothing"
 
 
+def test_untouched_units_kept_across_cycles_are_those_listed_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The untouched units an evicting action meets (`eviction._untouched_units`),
+    listed again from last cycle's list when the groups that may give victims are
+    the very same (`_Listed.holds_for`), are those listed afresh from the groups:
+    the same units in the same order, queues, protections as of the cycle's time,
+    and parts. Three or more cycles on one cache and one `GroupTotals` at times
+    that cross the end of a min-runtime (running pods started at 0-20 s), the
+    min-runtime set before the first or the second, running pods deleted between
+    some of them; the list is taken again at least once (a cycle with nothing
+    deleted)."""
+    differ: list[str] = []
+    met, listed_again = [0], [0]
+    original = eviction._untouched_units
+    holds_for = eviction._Listed.holds_for
+
+    def counted(self: Any, entries: Any, protection: Protection) -> bool:
+        holds = holds_for(self, entries, protection)
+        listed_again[0] += holds
+        return holds
+
+    def checked(ctx: CycleContext, protection: Protection, below: int | None) -> Any:
+        found = original(ctx, protection, below)
+        groups = eviction.victim_groups(ctx)
+        entries = [e for e in groups.in_order if below is None or e[1] < below]
+        fresh = eviction._Listed.of(ctx.transaction, entries, protection).at(protection.now)
+        met[0] += 1
+        same = (
+            found.queues == fresh.queues
+            and len(found.units) == len(fresh.units)
+            and all(a is b for a, b in zip(found.units, fresh.units, strict=True))
+            and np.array_equal(found.queue_of, fresh.queue_of)
+            and np.array_equal(found.ends, fresh.ends, equal_nan=True)
+            and [(g.key, p, n, k) for g, p, n, k in found.parts]
+            == [(g.key, p, n, k) for g, p, n, k in fresh.parts]
+            and all(a[0] is b[0] for a, b in zip(found.parts, fresh.parts, strict=True))
+        )
+        if not same:
+            differ.append(f"at {protection.now}: {[u.label() for u in found.units]}")
+        return found
+
+    monkeypatch.setattr(eviction, "_untouched_units", checked)
+    monkeypatch.setattr(eviction._Listed, "holds_for", counted)
+
+    @drawn(80)
+    @given(run=elastic_runs(), protect_at=st.sampled_from((0, 1, 2)), step=st.integers(0, 20))
+    def cycles(run: tuple[ClusterCache, list[list[str]]], protect_at: int, step: int) -> None:
+        cache, gone = run
+        kept = GroupTotals()
+        start = float(unix_seconds(timestamp(20)) or 0.0)
+        for cycle, deleted in enumerate([[], [], *gone], start=1):
+            if cycle == protect_at:  # a min-runtime from this cycle on (0: none)
+                root = make_queue("root").set("spec.reclaimMinRuntime", "30s").build()
+                cache.upsert(root, QUEUE)
+            for pod in deleted:
+                cache.delete(POD, pod)
+            now = start + step * (cycle - 1)
+            run_cycle(cache.snapshot(), SchedulerConfig(), cycle, now, totals=kept)
+
+    cycles()
+    assert not differ
+    assert met[0], "no evicting action listed untouched units: the check compared nothing"
+    assert listed_again[0], "no list was taken again: the kept path was not met"
+
+
 @pytest.mark.parametrize(
     ("busy_cpu", "counted"),
     [
