@@ -1110,18 +1110,14 @@ def _untouched_units(ctx: CycleContext, protection: Protection, below: int | Non
 @dataclass(frozen=True, eq=False)
 class _Listed:
     """The untouched units of some groups that may give victims (`entries`: each
-    group and its priority, in order), with the end of each unit's min-runtime
-    protection whether it protects now or not (NaN: none), and the min-runtime of
-    each queue met, which those ends were worked out from."""
+    group and its priority, in order) as `Untouched` lists them, but with the end of
+    each unit's min-runtime protection whether it protects now or not (`raw`; NaN:
+    none), and the min-runtime of each queue met, which those ends were worked out
+    from."""
 
     entries: Sequence[tuple[PodGroupState, int]]
     minimums: dict[str, float]
-    queues: list[str]
-    units: list[VictimUnit]
-    queue_of: npt.NDArray[np.int64]
-    ends: npt.NDArray[np.float64]
-    parts: list[tuple[PodGroupState, int, int, list[int] | None]]
-    layouts: list[tuple[object, object, UnitPods]]
+    raw: Untouched
 
     @classmethod
     def of(
@@ -1146,16 +1142,14 @@ class _Listed:
             ends += found_ends
             queue_of += [queues.setdefault(group.queue, len(queues))] * len(found)
         minimums = {queue: protection.minimum_of(queue) for queue in queues}
-        return cls(
-            entries,
-            minimums,
+        raw = Untouched(
             list(queues),
             units,
             np.array(queue_of, dtype=np.int64),
             np.array(ends, dtype=np.float64),
             parts,
-            [],
         )
+        return cls(entries, minimums, raw)
 
     def holds_for(
         self, entries: Sequence[tuple[PodGroupState, int]], protection: Protection
@@ -1172,9 +1166,10 @@ class _Listed:
         )
 
     def at(self, now: float) -> Untouched:
-        """The list as of `now`: an end still to come protects (NaN, none, compares False)."""
-        ends = np.where(self.ends > now, self.ends, np.nan)
-        return Untouched(self.queues, self.units, self.queue_of, ends, self.parts, self.layouts)
+        """The list as of `now`: an end still to come protects (NaN, none, compares
+        False). The lists of every time share their units and their pods' layout."""
+        ends = self.raw.ends
+        return dataclasses.replace(self.raw, ends=np.where(ends > now, ends, np.nan))
 
 
 #: Per group: its victim units (`_units_of`) with when a min-runtime protection of
