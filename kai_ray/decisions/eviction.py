@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -876,7 +876,19 @@ def _state(ctx: CycleContext) -> tuple[int, int, int]:
     return (ctx.transaction.version, ctx.ledger.version, len(ctx.plan.evictions))
 
 
-def attempt_in_turn(ctx: CycleContext, waiting: WaitingJobs, attempt: Attempt) -> None:
+#: The leaf queues whose jobs an evicting action's attempt may find room for at the
+#: state as it is (None: any); a job of another queue is refused at the attempt's first
+#: test, changing nothing and asking for no wake-up.
+Hopeful = Callable[[CycleContext], Collection[str] | None]
+
+
+def _any_queue(ctx: CycleContext) -> None:
+    return None
+
+
+def attempt_in_turn(
+    ctx: CycleContext, waiting: WaitingJobs, attempt: Attempt, hopeful: Hopeful = _any_queue
+) -> None:
     """Every waiting job in its turn (`ordering.take_next`), through `Refusals`.
 
     While the state does not change, a job's attempt that finds no room changes
@@ -886,12 +898,14 @@ def attempt_in_turn(ctx: CycleContext, waiting: WaitingJobs, attempt: Attempt) -
     speculatively (`Refusals.judge`). When none finds room, the run is over:
     every job's turn would meet its kind's refusal, so only the wake-ups are
     asked, and the jobs are neither ordered nor taken one by one (a deep
-    backlog judged at the cost of its kinds). Otherwise the jobs are taken in
+    backlog judged at the cost of its kinds). Only the jobs of the queues
+    `hopeful` names at the state as it is are judged: the others' attempts would
+    change nothing and ask for no wake-up. Otherwise the jobs are taken in
     turn, each kind judged answered by its refusal, up to the first attempt that
     changes the state; the kinds still waiting are then judged again."""
     refusals = Refusals()
     while not waiting.empty():
-        wakes = refusals.judge(ctx, waiting.remaining(), attempt)
+        wakes = refusals.judge(ctx, waiting.remaining(hopeful(ctx)), attempt)
         if wakes is not None:
             for wake in wakes:
                 if wake is not None:

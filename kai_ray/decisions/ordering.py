@@ -20,7 +20,7 @@ holds has changed. Pure: no I/O.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from kai_ray.decisions.fairness import limit_of as limit_of
@@ -193,10 +193,12 @@ class WaitingJobs:
         self._adds += 1
         bisect.insort(jobs, candidate, key=job_key)
 
-    def remaining(self) -> Iterator[Candidate]:
-        """Every job left, queue by queue, each queue's in its order."""
-        for jobs in self._by_queue.values():
-            yield from jobs
+    def remaining(self, queues: Collection[str] | None = None) -> Iterator[Candidate]:
+        """Every job left, queue by queue, each queue's in its order; only those of
+        `queues` when given."""
+        for queue, jobs in self._by_queue.items():
+            if queues is None or queue in queues:
+                yield from jobs
 
     def first(self, queue: str) -> Candidate | None:
         jobs = self._by_queue.get(queue)

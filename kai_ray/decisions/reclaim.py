@@ -140,6 +140,19 @@ def anyone_within_share(ctx: CycleContext) -> bool:
     return any(within_share(ledger, queue, request) for queue, request in asked)
 
 
+def queues_within_share(ctx: CycleContext) -> frozenset[str]:
+    """The leaf queues some waiting gang keeps within their fair share with the gang
+    added (`within_share`), at the ledger as it is: a gang of any other queue stops
+    at its attempt's first test (`eviction.attempt_in_turn`'s `hopeful`). Judged
+    once per (queue, request) of the snapshot's waiting groups, which hold every
+    gang the action tries, and each queue only until one of its requests passes."""
+    ledger, found = ctx.ledger, set()
+    for queue, request in {(ask.queue, ask.request) for ask in waiting_asks(ctx.transaction)}:
+        if queue not in found and within_share(ledger, queue, request):
+            found.add(queue)
+    return frozenset(found)
+
+
 @dataclass
 class SharedAnswers:
     """What one run's budgets at one ledger version, asking the same resources, share."""
@@ -404,7 +417,8 @@ class ReclaimAction:
         demand = live_demand(ctx.transaction.memo, ctx.snapshot)
         contested = contested_resources(demand, ctx.capacity, ctx.ledger)
         answers: AloneAnswers = {}
-        attempt_in_turn(ctx, waiting, functools.partial(self.attempt, ctx, contested, answers))
+        attempt = functools.partial(self.attempt, ctx, contested, answers)
+        attempt_in_turn(ctx, waiting, attempt, queues_within_share)
 
     def attempt(
         self,

@@ -364,6 +364,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (consolidate, "total_free", consolidate.summed_free),
     (preempt, "victims_below_anyone", _always),
     (reclaim, "anyone_within_share", _always),
+    (reclaim, "queues_within_share", lambda ctx: None),
     (consolidate, "some_could_be_tried", _always),
     (consolidate, "_movable_memo", consolidate._movable_gangs),
     (consolidate, "first_movable", _movable_sorted),
