@@ -5,7 +5,8 @@
 2. `running_units`: the victim units of running, preemptible groups of this
    scheduler that the action accepts, untouched this cycle and not protected
    by a min-runtime (units are cut once per cycle, `victims.victim_units`);
-3. `evict_to_fit`: victims are chosen greedily (`victims.select_victims`),
+3. `evict_to_fit`: victims are chosen greedily (`victims.select_victims`;
+   inside one domain for a gang with a required topology level, `_in_one_domain`),
    evicted in the transaction, and the job placed with `place_gang`; if it
    does not fit, everything rolls back and more room is asked for (`SLACK`);
    once it fits, victims on nodes the job did not use are given back, then
@@ -118,6 +119,7 @@ def evict_to_fit(
         return None
     if no_domain_could_hold(ctx, group, units, new_budget):
         return None
+    need = _in_one_domain(tx, group, need)
     most = _most(tx, need)
     for slack in SLACK:
         wanted = dataclasses.replace(need, count=need.count + int(slack * need.count))
@@ -132,6 +134,7 @@ def evict_to_fit(
             _kept_options(tx),
             most,
             tx.memo.get(FOUND_OPTIONS, tx.version, dict),
+            new_budget,
         )
         if chosen is None:
             break
@@ -145,6 +148,19 @@ def evict_to_fit(
     # their queues): then every victim the budget allows is tried.
     everything = whole_gangs(_everything(units, new_budget()), units)
     return _fit_and_trim(ctx, group, everything, admits) if new_budget().take(everything) else None
+
+
+def _in_one_domain(tx: Transaction, group: PodGroupState, need: Need) -> Need:
+    """The need of a gang with a required topology level gathered in one of its
+    domains (`Need.domains`, on the nodes that are in one): room freed across
+    domains would not let it fit. Any other need as it is."""
+    constraint = group.spec.topologyConstraint
+    if constraint is None or constraint.requiredLevel is None:
+        return need
+    domains = gang_domains(tx, group)
+    if domains is None:
+        return need
+    return dataclasses.replace(need, allowed=need.allowed & (domains >= 0), domains=domains)
 
 
 def no_domain_could_hold(

@@ -16,11 +16,15 @@ Pure functions over values; issuing the evictions is the actions' business.
    of up to `SUBSET_UNITS` units is weighed at once, past that the shortest
    prefix in unit order); nodes are then taken least disruptive first per pod
    gained until enough pods fit. A `Budget` may refuse units (reclaim's
-   fairness rules); a node whose units it refuses is skipped whole.
+   fairness rules); a node whose units it refuses is skipped whole. For a job
+   whose pods must share a domain (a required topology level: `Need.domains`)
+   the nodes are taken in the same order, each counted in its own domain
+   against a budget of that domain's, and the first domain where enough pods
+   fit gives the victims: room freed across domains would not let it fit.
 The count is an estimate (the job's pods are taken as `count` copies of their
-largest request; topology and devices are ignored): the caller verifies every
-selection with `place_gang` inside the transaction, and asks for more room when
-it does not hold. Pure: no I/O.
+largest request; devices and topology levels other than the required one are
+ignored): the caller verifies every selection with `place_gang` inside the
+transaction, and asks for more room when it does not hold. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -92,13 +96,17 @@ class VictimUnit:
 
 @dataclass(frozen=True)
 class Need:
-    """The job's missing pods as `count` copies of `vector`, on the `allowed` nodes."""
+    """The job's missing pods as `count` copies of `vector`, on the `allowed` nodes;
+    all inside one domain when `domains` is given."""
 
     vector: Vector
     count: int
     allowed: Flags
     #: The GPU column of `vector`: a node's cost is the GPUs its victims give back there.
     gpu_column: int
+    #: Each node's domain (an index; -1: in none) when the pods must all go in one
+    #: (a required topology level): room is then gathered in one domain at a time.
+    domains: npt.NDArray[np.int64] | None = None
 
 
 class Budget:
@@ -228,9 +236,15 @@ def select_victims(
     kept: KeptOptions | None = None,
     most: int | None = None,
     found: FoundOptions | None = None,
+    new_budget: Callable[[], Budget] | None = None,
 ) -> list[VictimUnit] | None:
     """Units whose eviction should make room for `need.count` pods, or None when
     the eligible units cannot make enough room. An empty list: it fits already.
+    When the pods must share a domain (`need.domains`), the room is gathered in
+    one domain: the nodes' options are taken in the same order, each counted in
+    its domain with a budget of the domain's own (`budget` for the first, then
+    `new_budget()`), and the first domain to make room for them all gives the
+    units (`_take_in_domains`).
     `released`, kept by the caller for the same `pod_vector` and `node_of`, spares
     summing a unit's pods again in a later search; `kept`, kept for them too,
     each node's option from an earlier search with the same inputs.
@@ -242,7 +256,14 @@ def select_victims(
     the caller for one state of `free`). Should a node's set let more fit (its
     option cut at `most`), the options are weighed again for every pod missing."""
     fits_now = np.where(need.allowed, pods_fitting(free, need.vector), 0)
-    missing = need.count - int(fits_now.sum())
+    per_domain = None
+    if need.domains is None:
+        missing = need.count - int(fits_now.sum())
+    else:
+        per_domain = _missing_per_domain(fits_now, need)
+        if int(per_domain.min()) <= 0:
+            return []
+        missing = int(per_domain.max())  # the most any domain misses: what options weigh
     if missing <= 0:
         return []
     if budget.refuses_every(units):
@@ -259,7 +280,24 @@ def select_victims(
     if reach < missing and entry[2]:
         # Some node's units let more pods fit than `most` said: weighed for them all.
         options = _weigh(free, need, units, node_of, fits_now, missing, pod_vector, released, kept)
-    return _take_options(options, missing, budget)
+    if per_domain is None or need.domains is None:
+        return _take_options(options, missing, budget)
+    if new_budget is None:
+        raise ValueError("a need inside one domain takes a budget per domain (`new_budget`)")
+    return _take_in_domains(options, per_domain, need.domains, budget, new_budget)
+
+
+def _missing_per_domain(fits_now: npt.NDArray[np.int64], need: Need) -> npt.NDArray[np.int64]:
+    """Per domain of `need.domains`, how many of the pods its allowed nodes cannot
+    take as they are."""
+    assert need.domains is not None
+    inside = need.allowed & (need.domains >= 0)
+    size = int(need.domains.max(initial=-1)) + 1
+    if size == 0:
+        return np.array([need.count], dtype=np.int64)
+    fitting = np.bincount(need.domains[inside], weights=fits_now[inside], minlength=size)
+    missing: npt.NDArray[np.int64] = need.count - fitting.astype(np.int64)
+    return missing
 
 
 def _weigh(
@@ -514,6 +552,37 @@ def _subsets(n: int) -> npt.NDArray[np.bool_]:
     sets: npt.NDArray[np.bool_] = (codes[:, None] >> np.arange(n)) & 1 == 1
     sets.setflags(write=False)
     return sets
+
+
+def _take_in_domains(
+    options: list[_NodeOption],
+    missing: npt.NDArray[np.int64],
+    domains: npt.NDArray[np.int64],
+    budget: Budget,
+    new_budget: Callable[[], Budget],
+) -> list[VictimUnit] | None:
+    """`_take_options` in every domain at once: each option, in order, counted in its
+    node's domain against that domain's own budget; the units of the first domain
+    whose gain reaches what it misses (`missing`, per domain)."""
+    chosen: dict[int, dict[int, VictimUnit]] = {}
+    gained: dict[int, int] = {}
+    budgets: dict[int, Budget] = {}
+    for option in options:
+        domain = int(domains[option.node])
+        if domain < 0:
+            continue
+        mine = chosen.setdefault(domain, {})
+        taker = budgets.get(domain)
+        if taker is None:
+            taker = budgets[domain] = new_budget() if budgets else budget
+        new = [u for u in option.units if id(u) not in mine]
+        if not taker.take(new):
+            continue
+        mine.update((id(u), u) for u in new)
+        gained[domain] = gained.get(domain, 0) + option.gain
+        if gained[domain] >= missing[domain]:
+            return list(mine.values())
+    return None
 
 
 def _take_options(

@@ -403,3 +403,110 @@ def test_options_found_for_fewer_missing_pods_choose_what_a_fresh_search_chooses
         )
         labels = [None if c is None else [u.label() for u in c] for c in (sharing, fresh)]
         assert labels[0] == labels[1]
+
+
+# ------------------------------------------- room gathered inside one domain
+
+
+class _AtMost(Budget):
+    """Takes units while no more than `most` GPUs have gone in all (a budget counts
+    what it took: one of these per domain)."""
+
+    def __init__(self, most: float) -> None:
+        self.most, self.taken = most, 0.0
+
+    def take(self, units: object) -> bool:
+        assert isinstance(units, list)
+        gpus = sum(u.requests["nvidia.com/gpu"] for u in units)
+        if self.taken + gpus > self.most:
+            return False
+        self.taken += gpus
+        return True
+
+
+def _fits_in(free: np.ndarray, allowed: np.ndarray, gpus: float) -> np.ndarray:
+    return np.where(allowed, np.floor(np.maximum(free[:, GPU_COLUMN], 0.0) / gpus + 1e-9), 0)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    specs=SPECS,
+    gpus=st.sampled_from([1.0, 2.0, 4.0, 8.0]),
+    count=st.integers(1, 4),
+    allowed=st.lists(st.booleans(), min_size=4, max_size=4).filter(any),
+    domains=st.lists(st.sampled_from([-1, 0, 1]), min_size=4, max_size=4),
+    most=st.sampled_from([4.0, 8.0, 16.0, 1e9]),
+)
+@example(
+    # Newest first, the two units to take sit on n3 (domain 1) and n1 (domain 0):
+    # across the cluster they would be taken together though no domain is freed.
+    specs=[(1, 4, ["n0", "n0"], 0, 50), (1, 4, ["n2", "n2"], 1, 50),
+           (1, 4, ["n1", "n1"], 2, 50), (1, 4, ["n3", "n3"], 3, 50)],
+    gpus=8.0, count=2, allowed=[True] * 4, domains=[0, 0, 1, 1], most=16.0,
+)  # fmt: skip
+def test_room_gathered_inside_one_domain(
+    specs: list[tuple[int, int, list[str], int, int]],
+    gpus: float,
+    count: int,
+    allowed: list[bool],
+    domains: list[int],
+    most: float,
+) -> None:
+    """With `Need.domains`, the victims chosen free room for every pod inside one
+    domain, all of them on its nodes and within one budget of the domain's own; none
+    chosen only when no domain gathers the room on its own (the search across the
+    cluster, made inside each domain, finds none); and with one domain for every node
+    the choice is the search across the cluster's."""
+    found = groups(*((f"g{i}", m, g, nodes, c) for i, (m, g, nodes, c, _) in enumerate(specs)))
+    priority = {f"g{i}": spec[4] for i, spec in enumerate(specs)}
+    units = [
+        u for g in found.values() for u in victim_units(g, priority[g.name], g.creation_timestamp)
+    ]
+    free = np.zeros((4, 4))
+    free[:, GPU_COLUMN] = 8.0
+    for group in found.values():
+        for pod in group.pods:
+            free[int((pod.node or "n0")[1:]), GPU_COLUMN] -= pod.requests["nvidia.com/gpu"]
+    vector = lambda pod: np.array([0.0, 0.0, pod.requests["nvidia.com/gpu"], 0.0])  # noqa: E731
+    node_of = lambda p: int((p.node or "n0")[1:])  # noqa: E731
+    of_node = np.array(domains, dtype=np.int64)
+    inside = np.array(allowed) & (of_node >= 0)
+    need = Need(np.array([0.0, 0.0, gpus, 0.0]), count, inside, GPU_COLUMN, of_node)
+    budgets: list[_AtMost] = []
+
+    def new_budget() -> _AtMost:
+        budgets.append(_AtMost(most))
+        return budgets[-1]
+
+    chosen = select_victims(free, need, units, vector, node_of, new_budget(), new_budget=new_budget)
+
+    if chosen is not None:
+        room = free.copy()
+        for unit in chosen:
+            for pod in unit.pods:
+                room[node_of(pod), GPU_COLUMN] += pod.requests["nvidia.com/gpu"]
+        fits = _fits_in(room, inside, gpus)
+        holding = [d for d in (0, 1) if fits[of_node == d].sum() >= count]
+        assert holding, "some domain holds every pod once the victims are gone"
+        if chosen:
+            assert any(
+                all(any(of_node[node_of(p)] == d for p in u.pods) for u in chosen) for d in holding
+            ), "every victim has a pod in the domain freed"
+            assert sum(u.requests["nvidia.com/gpu"] for u in chosen) <= most
+    elif gpus == 8.0:
+        # One pod per node at most: each node's option is the same whatever the number
+        # of pods missing, so the search inside each domain alone finds none either.
+        for d in (0, 1):
+            alone = Need(need.vector, count, inside & (of_node == d), GPU_COLUMN)
+            assert select_victims(free, alone, units, vector, node_of, _AtMost(most)) is None
+
+    one = Need(need.vector, count, np.array(allowed), GPU_COLUMN, np.zeros(4, dtype=np.int64))
+    across = Need(need.vector, count, np.array(allowed), GPU_COLUMN)
+    labels = [
+        None if c is None else [u.label() for u in c]
+        for c in (
+            select_victims(free, one, units, vector, node_of, _AtMost(most), new_budget=new_budget),
+            select_victims(free, across, units, vector, node_of, _AtMost(most)),
+        )
+    ]
+    assert labels[0] == labels[1]
