@@ -256,14 +256,13 @@ def select_victims(
     the caller for one state of `free`). Should a node's set let more fit (its
     option cut at `most`), the options are weighed again for every pod missing."""
     fits_now = np.where(need.allowed, pods_fitting(free, need.vector), 0)
-    per_domain = None
-    if need.domains is None:
+    domains, per_domain = need.domains, None
+    if domains is None:
         missing = need.count - int(fits_now.sum())
     else:
-        per_domain = _missing_per_domain(fits_now, need)
-        if int(per_domain.min()) <= 0:
-            return []
-        missing = int(per_domain.max())  # the most any domain misses: what options weigh
+        per_domain = _missing_per_domain(fits_now, need.allowed, domains, need.count)
+        # The most any domain misses: what the options are weighed for.
+        missing = int(per_domain.max()) if int(per_domain.min()) > 0 else 0
     if missing <= 0:
         return []
     if budget.refuses_every(units):
@@ -280,23 +279,24 @@ def select_victims(
     if reach < missing and entry[2]:
         # Some node's units let more pods fit than `most` said: weighed for them all.
         options = _weigh(free, need, units, node_of, fits_now, missing, pod_vector, released, kept)
-    if per_domain is None or need.domains is None:
+    if domains is None or per_domain is None:
         return _take_options(options, missing, budget)
     if new_budget is None:
         raise ValueError("a need inside one domain takes a budget per domain (`new_budget`)")
-    return _take_in_domains(options, per_domain, need.domains, budget, new_budget)
+    return _take_in_domains(options, per_domain, domains, budget, new_budget)
 
 
-def _missing_per_domain(fits_now: npt.NDArray[np.int64], need: Need) -> npt.NDArray[np.int64]:
-    """Per domain of `need.domains`, how many of the pods its allowed nodes cannot
-    take as they are."""
-    assert need.domains is not None
-    inside = need.allowed & (need.domains >= 0)
-    size = int(need.domains.max(initial=-1)) + 1
+def _missing_per_domain(
+    fits_now: npt.NDArray[np.int64], allowed: Flags, domains: npt.NDArray[np.int64], count: int
+) -> npt.NDArray[np.int64]:
+    """Per domain (`domains`: each node's), how many of `count` pods its allowed nodes
+    cannot take as they are (all of them when no node is in a domain)."""
+    size = int(domains.max(initial=-1)) + 1
     if size == 0:
-        return np.array([need.count], dtype=np.int64)
-    fitting = np.bincount(need.domains[inside], weights=fits_now[inside], minlength=size)
-    missing: npt.NDArray[np.int64] = need.count - fitting.astype(np.int64)
+        return np.array([count], dtype=np.int64)
+    inside = allowed & (domains >= 0)
+    fitting = np.bincount(domains[inside], weights=fits_now[inside], minlength=size)
+    missing: npt.NDArray[np.int64] = count - fitting.astype(np.int64)
     return missing
 
 
