@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
@@ -18,6 +20,7 @@ from kai_ray.decisions.victims import (
     victim_units,
 )
 from kai_ray.state.groups import PodGroupState
+from kai_ray.state.pod_states import PodState
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
 from tests.builders import make_node, make_pod, make_pod_group, make_queue
 
@@ -40,6 +43,27 @@ def groups(*specs: tuple[str, int, int, list[str], int]) -> dict[str, PodGroupSt
     )
     snapshot = build_snapshot(objects)
     return {g.name: g for g in snapshot.pod_groups.values()}
+
+
+def _free_of(
+    found: Iterable[PodGroupState],
+) -> tuple[np.ndarray, Callable[[PodState], np.ndarray], Callable[[PodState], int]]:
+    """The four 8-GPU nodes' free rows with the groups' pods on them, a pod's vector
+    and a pod's node (`n<i>` is row i)."""
+    free = np.zeros((4, 4))
+    free[:, GPU_COLUMN] = 8.0
+    for group in found:
+        for pod in group.pods:
+            free[int((pod.node or "n0")[1:]), GPU_COLUMN] -= pod.requests["nvidia.com/gpu"]
+    return free, _vector_of, _node_of
+
+
+def _vector_of(pod: PodState) -> np.ndarray:
+    return np.array([0.0, 0.0, pod.requests["nvidia.com/gpu"], 0.0])
+
+
+def _node_of(pod: PodState) -> int:
+    return int((pod.node or "n0")[1:])
 
 
 def units_of(found: dict[str, PodGroupState], priority: int = 50) -> list[VictimUnit]:
@@ -327,13 +351,7 @@ def test_options_kept_across_searches_choose_what_a_fresh_search_chooses(
         return victim_units(group, priority[group.name], group.creation_timestamp)
 
     units_by_group = {name: cut(group) for name, group in found.items()}
-    free = np.zeros((4, 4))
-    free[:, GPU_COLUMN] = 8.0
-    for group in found.values():
-        for pod in group.pods:
-            free[int((pod.node or "n0")[1:]), GPU_COLUMN] -= pod.requests["nvidia.com/gpu"]
-    vector = lambda pod: np.array([0.0, 0.0, pod.requests["nvidia.com/gpu"], 0.0])  # noqa: E731
-    node_of = lambda p: int((p.node or "n0")[1:])  # noqa: E731
+    free, vector, node_of = _free_of(found.values())
     kept = KeptOptions().follow(("four nodes",))
     for change, where, room, gpus, count, allowed in steps:
         names = sorted(units_by_group)
@@ -387,13 +405,7 @@ def test_options_found_for_fewer_missing_pods_choose_what_a_fresh_search_chooses
         for i, group in enumerate(found_groups.values())
         for unit in victim_units(group, specs[i][4], group.creation_timestamp)
     ]
-    free = np.zeros((4, 4))
-    free[:, GPU_COLUMN] = 8.0
-    for group in found_groups.values():
-        for pod in group.pods:
-            free[int((pod.node or "n0")[1:]), GPU_COLUMN] -= pod.requests["nvidia.com/gpu"]
-    vector = lambda pod: np.array([0.0, 0.0, pod.requests["nvidia.com/gpu"], 0.0])  # noqa: E731
-    node_of = lambda p: int((p.node or "n0")[1:])  # noqa: E731
+    free, vector, node_of = _free_of(found_groups.values())
     shared: FoundOptions = {}
     for gpus, count, most in searches:
         need = Need(np.array([0.0, 0.0, gpus, 0.0]), count, np.array(allowed), GPU_COLUMN)
@@ -462,13 +474,7 @@ def test_room_gathered_inside_one_domain(
     units = [
         u for g in found.values() for u in victim_units(g, priority[g.name], g.creation_timestamp)
     ]
-    free = np.zeros((4, 4))
-    free[:, GPU_COLUMN] = 8.0
-    for group in found.values():
-        for pod in group.pods:
-            free[int((pod.node or "n0")[1:]), GPU_COLUMN] -= pod.requests["nvidia.com/gpu"]
-    vector = lambda pod: np.array([0.0, 0.0, pod.requests["nvidia.com/gpu"], 0.0])  # noqa: E731
-    node_of = lambda p: int((p.node or "n0")[1:])  # noqa: E731
+    free, vector, node_of = _free_of(found.values())
     of_node = np.array(domains, dtype=np.int64)
     inside = np.array(allowed) & (of_node >= 0)
     need = Need(np.array([0.0, 0.0, gpus, 0.0]), count, inside, GPU_COLUMN, of_node)
