@@ -134,10 +134,8 @@ def anyone_within_share(ctx: CycleContext) -> bool:
     action is then skipped whole, the waiting gangs neither sorted nor picked and
     the live pods not summed. The waiting groups of the snapshot hold every gang
     the action could try; each is judged once per (queue, request)
-    (`waiting.waiting_asks`)."""
-    ledger = ctx.ledger
-    asked = {(ask.queue, ask.request) for ask in waiting_asks(ctx.transaction)}
-    return any(within_share(ledger, queue, request) for queue, request in asked)
+    (`waiting.waiting_asks`, through `queues_within_share`)."""
+    return bool(queues_within_share(ctx))
 
 
 def queues_within_share(ctx: CycleContext) -> frozenset[str]:

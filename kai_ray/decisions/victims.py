@@ -244,7 +244,7 @@ def select_victims(
     one domain: the nodes' options are taken in the same order, each counted in
     its domain with a budget of the domain's own (`budget` for the first, then
     `new_budget()`), and the first domain to make room for them all gives the
-    units (`_take_in_domains`).
+    units (`_take_options`).
     `released`, kept by the caller for the same `pod_vector` and `node_of`, spares
     summing a unit's pods again in a later search; `kept`, kept for them too,
     each node's option from an earlier search with the same inputs.
@@ -280,10 +280,19 @@ def select_victims(
         # Some node's units let more pods fit than `most` said: weighed for them all.
         options = _weigh(free, need, units, node_of, fits_now, missing, pod_vector, released, kept)
     if domains is None or per_domain is None:
-        return _take_options(options, missing, budget)
+        return _take_options(options, [missing], _one_domain, budget)
     if new_budget is None:
         raise ValueError("a need inside one domain takes a budget per domain (`new_budget`)")
-    return _take_in_domains(options, per_domain, domains, budget, new_budget)
+    return _take_options(options, per_domain.tolist(), _domain_in(domains), budget, new_budget)
+
+
+def _one_domain(node: int) -> int:
+    return 0
+
+
+def _domain_in(domains: npt.NDArray[np.int64]) -> Callable[[int], int]:
+    listed = domains.tolist()
+    return lambda node: int(listed[node])
 
 
 def _missing_per_domain(
@@ -554,27 +563,34 @@ def _subsets(n: int) -> npt.NDArray[np.bool_]:
     return sets
 
 
-def _take_in_domains(
+def _take_options(
     options: list[_NodeOption],
-    missing: npt.NDArray[np.int64],
-    domains: npt.NDArray[np.int64],
+    missing: Sequence[int],
+    domain_of: Callable[[int], int],
     budget: Budget,
-    new_budget: Callable[[], Budget],
+    new_budget: Callable[[], Budget] | None = None,
 ) -> list[VictimUnit] | None:
-    """`_take_options` in every domain at once: each option, in order, counted in its
-    node's domain against that domain's own budget; the units of the first domain
-    whose gain reaches what it misses (`missing`, per domain)."""
+    """The options taken in order, each counted in its node's domain (`domain_of`; -1:
+    none, skipped) against that domain's own budget (`budget` for the first domain
+    met, then `new_budget()`); the units of the first domain whose gain reaches what
+    it misses (`missing`, per domain). One domain: the options taken across nodes."""
     chosen: dict[int, dict[int, VictimUnit]] = {}
     gained: dict[int, int] = {}
     budgets: dict[int, Budget] = {}
     for option in options:
-        domain = int(domains[option.node])
+        domain = domain_of(option.node)
         if domain < 0:
             continue
         mine = chosen.setdefault(domain, {})
         taker = budgets.get(domain)
         if taker is None:
-            taker = budgets[domain] = new_budget() if budgets else budget
+            if not budgets:
+                taker = budget
+            elif new_budget is None:
+                raise ValueError("options in more than one domain take `new_budget`")
+            else:
+                taker = new_budget()
+            budgets[domain] = taker
         new = [u for u in option.units if id(u) not in mine]
         if not taker.take(new):
             continue
@@ -582,20 +598,4 @@ def _take_in_domains(
         gained[domain] = gained.get(domain, 0) + option.gain
         if gained[domain] >= missing[domain]:
             return list(mine.values())
-    return None
-
-
-def _take_options(
-    options: list[_NodeOption], missing: int, budget: Budget
-) -> list[VictimUnit] | None:
-    chosen: dict[int, VictimUnit] = {}
-    gained = 0
-    for option in options:
-        new = [u for u in option.units if id(u) not in chosen]
-        if not budget.take(new):
-            continue
-        chosen.update((id(u), u) for u in new)
-        gained += option.gain
-        if gained >= missing:
-            return list(chosen.values())
     return None
