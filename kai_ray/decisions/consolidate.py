@@ -172,10 +172,73 @@ def _consolidation(ctx: CycleContext, group: PodGroupState) -> list[PodGroupStat
         freed = [pod for gang in movable[:bound] for pod in gang.bound]
         if not domain_could_hold(tx, view, domains, freed):
             return None
+    counted_out = moves_counted_out(tx, view, movable[:bound])
     for count in range(1, bound + 1):
+        if counted_out[count - 1]:
+            continue  # `could_pack` would rule it out: `try_move` would answer no
         if try_move(ctx, group, movable[:count]):
             return _without_stayers(ctx, group, movable[:count], mark)
     return None
+
+
+def moves_counted_out(
+    tx: Transaction, target: PodGroupState, movable: Sequence[PodGroupState]
+) -> list[bool]:
+    """For k = 1 up to the number of `movable` gangs: whether `could_pack` rules out
+    moving the first k by its first count of GPUs alone (`first_counts_fail`),
+    worked out for every k at once. On a full, fragmented cluster that count
+    rules out most moves: a waiting gang is tried with one gang moved, then two,
+    up to the bound, and each `could_pack` call otherwise adds up the room again.
+    Exact: a move counted out here is one `could_pack` answers no for (the same
+    count, on the same rooms to the bit), so `try_move` would answer no."""
+    if not movable:
+        return []
+    gpu = tx.snapshot.column(GPU)
+    freed = [_freed(tx, gang) for gang in movable]
+    least = _target_least(tx, target)[:, gpu]
+    return first_counts_fail(
+        np.maximum(tx.free[:, gpu], 0.0),
+        least,
+        [gang.nodes for gang in freed],
+        [gang.rows[:, gpu] for gang in freed],
+    ).tolist()
+
+
+def first_counts_fail(
+    room: Vector,
+    least: Vector,
+    nodes: Sequence[npt.NDArray[np.intp]],
+    sizes: Sequence[Vector],
+) -> npt.NDArray[np.bool_]:
+    """For k = 1 up to len(`sizes`): whether `sizes_could_fit`'s first count fails
+    for the items `least` and the first k of `sizes` (one resource), in the nodes'
+    `room` plus what the first k free (`sizes[i]` on `nodes[i]`, added in order as
+    `add_rows` adds them): for some size t among those items, the items asking t or
+    more outnumber Σ floor(room / t). The same numbers as that count, for every k
+    in one pass: only the nodes the gangs sit on have room that differs from `room`."""
+    count = len(sizes)
+    touched = np.unique(np.concatenate(nodes))
+    local = room[touched]  # a copy
+    rooms = np.empty((count, len(touched)))
+    for k, (on, held) in enumerate(zip(nodes, sizes, strict=True)):
+        np.add.at(local, np.searchsorted(touched, on), held)
+        rooms[k] = local
+    items = np.concatenate([least, *sizes])
+    asked = items > EPSILON
+    distinct = np.unique(items[asked])
+    if not distinct.size:
+        return np.zeros(count, dtype=np.bool_)
+    # Per k and size: the items of the first k (least's with k's) asking that size or
+    # more, and whether some asks exactly that size (a size `np.unique` gives for them).
+    ends = np.cumsum([len(least), *(len(held) for held in sizes)])[1:] - 1
+    at_least = (items[:, None] >= distinct - EPSILON) & asked[:, None]
+    many = np.cumsum(at_least, axis=0)[ends]
+    present = np.cumsum(items[:, None] == distinct, axis=0)[ends] > 0
+    untouched = np.floor(room / distinct[:, None] + EPSILON)
+    held = untouched.sum(axis=1) - untouched[:, touched].sum(axis=1)
+    slots = held + np.floor(rooms[:, :, None] / distinct + EPSILON).sum(axis=1)
+    failed: npt.NDArray[np.bool_] = np.any(present & (many > slots), axis=1)
+    return failed
 
 
 def some_could_be_tried(ctx: CycleContext) -> bool:
@@ -397,11 +460,7 @@ def could_pack(tx: Transaction, target: PodGroupState, moved: Sequence[PodGroupS
     freed = [_freed(tx, gang) for gang in moved]
     for gang in freed:
         add_rows(free, gang.nodes, gang.rows)
-    # the target's members as the least of its pending pods ask, resource by resource
-    # (whichever of them placement completes its minimum with)
-    snapshot = tx.snapshot
-    asked = [held_vector(snapshot, pod) for pod in target.pending]
-    least = _least(np.array(asked).reshape(len(asked), free.shape[1]), len(target.missing))
+    least = _target_least(tx, target)
     if not could_pack_in_domains(tx, target, least, freed, free):
         return False
     sizes = np.vstack([least, *(gang.rows for gang in freed)])
@@ -409,6 +468,14 @@ def could_pack(tx: Transaction, target: PodGroupState, moved: Sequence[PodGroupS
     gpu = tx.snapshot.column(GPU)
     columns = [gpu, *(c for c in range(sizes.shape[1]) if c != gpu)]
     return all(sizes_could_fit(sizes[:, c], free[:, c]) for c in columns)
+
+
+def _target_least(tx: Transaction, target: PodGroupState) -> Matrix:
+    """The target's missing members as the least of its pending pods ask, resource by
+    resource (whichever of them placement completes its minimum with)."""
+    asked = [held_vector(tx.snapshot, pod) for pod in target.pending]
+    width = len(tx.snapshot.resource_names)
+    return _least(np.array(asked).reshape(len(asked), width), len(target.missing))
 
 
 @dataclass(frozen=True, eq=False)

@@ -51,7 +51,9 @@ drawn from a small palette of shapes so that equivalent gangs abound):
   the moves are tried);
   `consolidate.could_pack`: a move is not tried when the target's members and the
   moved pods outnumber, for some resource and size, what the nodes' room could
-  hold counted node by node (plain: the move is tried, and fails);
+  hold counted node by node (plain: the move is tried, and fails), and
+  `consolidate.moves_counted_out`: the first of those counts, for GPUs, worked
+  out for every number of gangs moved at once (plain: `could_pack` is asked);
 - `preempt.victims_below_anyone`, `reclaim.anyone_within_share`,
   `consolidate.some_could_be_tried`: an action is skipped whole when every attempt
   would stop at its first test at the state it starts from (no possible victim of
@@ -386,6 +388,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (eviction, "domain_could_hold_in_total", lambda tx, group, domains, units, pods, budget: True),
     (consolidate, "domain_could_hold", lambda tx, group, domains, freed: True),
     (consolidate, "could_pack", lambda tx, target, moved: True),
+    (consolidate, "moves_counted_out", lambda tx, target, moved: [False] * len(moved)),
     (FairShareBudget, "judged_key", lambda budget, taking: None),
     (FairShareBudget, "shared", lambda budget, anchor, build: build()),
     (FairShareBudget, "take_each", Budget.take_each),

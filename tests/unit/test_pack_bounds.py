@@ -1,7 +1,8 @@
 """`consolidate.sizes_could_fit` and `gangs_could_share`: the counts that rule out
 a move before it is tried must never rule out a packing that exists (checked against
 exhaustive searches on small random cases), and each catches what the counts before
-it miss."""
+it miss. `first_counts_fail`, the first count for every number of gangs moved at
+once, gives the answers of that count made move by move."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kai_ray.decisions import consolidate
-from kai_ray.decisions.consolidate import gangs_could_share, sizes_could_fit
+from kai_ray.decisions.consolidate import first_counts_fail, gangs_could_share, sizes_could_fit
+from kai_ray.values.arrays import add_rows
 
 
 def packs(items: list[float], rooms: list[float]) -> bool:
@@ -141,3 +143,54 @@ def test_the_search_rules_out_what_both_counts_let_through(
     assert sizes_could_fit(items[:2], rooms)
     monkeypatch.setattr(consolidate, "_DISTINCT_ROOMS", 0)
     assert sizes_could_fit(items, rooms)
+
+
+def first_count_fails(items: np.ndarray, room: np.ndarray) -> bool:
+    """`sizes_could_fit`'s first count, made on its own: some size asked is asked (or
+    more) by more items than the nodes could hold of it, node by node."""
+    asked = items[items > 1e-9]
+    return any(
+        np.count_nonzero(asked >= size - 1e-9) > np.floor(room / size + 1e-9).sum()
+        for size in np.unique(asked)
+    )
+
+
+GANG = st.lists(st.tuples(st.integers(0, 4), SIZES), min_size=1, max_size=3)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(SIZES, min_size=5, max_size=5),
+    st.lists(SIZES, min_size=0, max_size=3),
+    st.lists(GANG, min_size=1, max_size=4),
+)
+def test_the_first_count_for_every_move_at_once_is_the_count_made_move_by_move(
+    free: list[float], least: list[float], gangs: list[list[tuple[int, float]]]
+) -> None:
+    """Five nodes, the target's least asks, and up to four gangs of up to three pods:
+    for each k, the answer for the first k gangs moved is the first count made on
+    the target's and those gangs' items, in the room with what they hold added back
+    (`add_rows`, as `could_pack` adds it); when it fails, `sizes_could_fit` fails."""
+    room = np.array(free)
+    nodes = [np.array([node for node, _ in gang], dtype=np.intp) for gang in gangs]
+    sizes = [np.array([size for _, size in gang]) for gang in gangs]
+    answers = first_counts_fail(room, np.array(least), nodes, sizes)
+    assert len(answers) == len(gangs)
+    for k in range(1, len(gangs) + 1):
+        after = room[:, None].copy()
+        for on, held in zip(nodes[:k], sizes[:k], strict=True):
+            add_rows(after, on, held[:, None])
+        items = np.concatenate([np.array(least), *sizes[:k]])
+        assert answers[k - 1] == first_count_fails(items, after[:, 0])
+        if answers[k - 1]:
+            assert not sizes_could_fit(items, after[:, 0])
+
+
+def test_a_move_whose_pods_take_back_the_room_they_free_is_counted_out() -> None:
+    """Nodes with 4, 4 and 0 GPUs free, a waiting pod of 8: moving the 8-GPU pod off
+    the full node frees a node of 8 but asks for one again (two items of 8, one
+    slot); moving also a 4-GPU pod held beside 4 free makes a second slot of 8."""
+    room = np.array([4.0, 4.0, 0.0])
+    nodes = [np.array([2]), np.array([0])]
+    sizes = [np.array([8.0]), np.array([4.0])]
+    assert first_counts_fail(room, np.array([8.0]), nodes, sizes).tolist() == [True, False]
