@@ -196,12 +196,9 @@ def moves_counted_out(
     gpu = tx.snapshot.column(GPU)
     freed = [_freed(tx, gang) for gang in movable]
     least = _target_least(tx, target)[:, gpu]
-    return first_counts_fail(
-        np.maximum(tx.free[:, gpu], 0.0),
-        least,
-        [gang.nodes for gang in freed],
-        [gang.rows[:, gpu] for gang in freed],
-    ).tolist()
+    room = np.maximum(tx.free[:, gpu], 0.0)
+    nodes, sizes = [gang.nodes for gang in freed], [gang.rows[:, gpu] for gang in freed]
+    return [bool(failed) for failed in first_counts_fail(room, least, nodes, sizes)]
 
 
 def first_counts_fail(
