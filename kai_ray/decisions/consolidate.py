@@ -49,7 +49,12 @@ from kai_ray.decisions.admission import is_preemptible, refusal
 from kai_ray.decisions.alike import alike_keys
 from kai_ray.decisions.booking import book, placeable
 from kai_ray.decisions.context import CycleContext, admitted
-from kai_ray.decisions.eviction import NodeDomains, domain_could_hold, gang_domains
+from kai_ray.decisions.eviction import (
+    NodeDomains,
+    domain_could_hold,
+    domain_holds,
+    gang_domains,
+)
 from kai_ray.decisions.ordering import group_priority
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.placement.equivalence import signature
@@ -168,10 +173,8 @@ def _consolidation(ctx: CycleContext, group: PodGroupState) -> list[PodGroupStat
         return None  # it fits as things are: not a matter of fragmentation
     movable = movable_gangs(ctx, group)
     bound = len(movable)
-    if domains is not None:
-        freed = [pod for gang in movable[:bound] for pod in gang.bound]
-        if not domain_could_hold(tx, view, domains, freed):
-            return None
+    if domains is not None and not domain_could_hold_moved(tx, view, domains, movable):
+        return None
     counted_out = moves_counted_out(tx, view, movable[:bound])
     for count in range(1, bound + 1):
         if counted_out[count - 1]:
@@ -179,6 +182,19 @@ def _consolidation(ctx: CycleContext, group: PodGroupState) -> list[PodGroupStat
         if try_move(ctx, group, movable[:count]):
             return _without_stayers(ctx, group, movable[:count], mark)
     return None
+
+
+def domain_could_hold_moved(
+    tx: Transaction, target: PodGroupState, domains: NodeDomains, moved: Sequence[PodGroupState]
+) -> bool:
+    """`eviction.domain_could_hold` with every bound pod of `moved` freed: the room
+    they free added from their layouts (`_freed`, kept for the cycle) rather than pod
+    by pod, in the same order, so the same sums to the bit."""
+    room = tx.free.copy()
+    for gang in moved:
+        freed = _freed(tx, gang)
+        add_rows(room, freed.nodes, freed.rows)
+    return domain_holds(tx, target, domains, room)
 
 
 def moves_counted_out(

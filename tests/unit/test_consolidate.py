@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kai_ray.decisions import consolidate
+from kai_ray.decisions import consolidate, eviction
 from kai_ray.decisions.consolidate import CONSOLIDATION
 from kai_ray.decisions.cycle import CycleResult, run_cycle
 from kai_ray.decisions.plan import Evict, GroupStatus
@@ -330,3 +330,48 @@ def test_a_kind_nothing_came_of_is_judged_again_once_an_attempt_moved_the_state(
     ]
     run(Case(2, gangs))
     assert judged == ["k1", "x", "k3"]
+
+
+FRAGMENTED = Case(
+    4,
+    [
+        Gang("a", 6, ["n0"]),
+        Gang("b", 6, ["n1"]),
+        Gang("c", 2, ["n2", "n3"]),
+        Gang("d", 4, ["n2"]),
+        Gang("e", 3, ["n3"]),
+        Gang("big", 8, [None]),
+        Gang("pair", 4, [None, None]),
+    ],
+)
+
+
+@pytest.mark.parametrize("case", [*(param.values[0] for param in CASES), FRAGMENTED])
+def test_the_counts_for_every_move_at_once_answer_as_those_made_move_by_move(
+    case: Case, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`domain_could_hold_moved` answers as `eviction.domain_could_hold` given every
+    moved pod, and a move `moves_counted_out` rules out is one `could_pack` rules out,
+    for each waiting gang the cycle tries."""
+    asked = {"moved": 0, "counted": 0}
+    could_hold, counted_out = consolidate.domain_could_hold_moved, consolidate.moves_counted_out
+
+    def hold(tx: Any, target: Any, domains: Any, moved: Sequence[Any]) -> bool:
+        answer = could_hold(tx, target, domains, moved)
+        pods = [pod for gang in moved for pod in gang.bound]
+        assert answer == eviction.domain_could_hold(tx, target, domains, pods)
+        asked["moved"] += 1
+        return answer
+
+    def counted(tx: Any, target: Any, movable: Sequence[Any]) -> list[bool]:
+        answers = counted_out(tx, target, movable)
+        for k, out in enumerate(answers, start=1):
+            assert not (out and consolidate.could_pack(tx, target, movable[:k]))
+        asked["counted"] += len(answers)
+        return answers
+
+    monkeypatch.setattr(consolidate, "domain_could_hold_moved", hold)
+    monkeypatch.setattr(consolidate, "moves_counted_out", counted)
+    run(case)
+    if case is FRAGMENTED:
+        assert asked["moved"] and asked["counted"]

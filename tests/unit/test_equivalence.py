@@ -387,6 +387,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (eviction, "could_fit_without", lambda tx, group, victims: True),
     (eviction, "domain_could_hold_in_total", lambda tx, group, domains, units, pods, budget: True),
     (consolidate, "domain_could_hold", lambda tx, group, domains, freed: True),
+    (consolidate, "domain_could_hold_moved", lambda tx, group, domains, moved: True),
     (consolidate, "could_pack", lambda tx, target, moved: True),
     (consolidate, "moves_counted_out", lambda tx, target, moved: [False] * len(moved)),
     (FairShareBudget, "judged_key", lambda budget, taking: None),
