@@ -55,6 +55,7 @@ from kai_ray.decisions.eviction import (
     domain_holds,
     gang_domains,
 )
+from kai_ray.decisions.kept import PER_GROUP
 from kai_ray.decisions.ordering import group_priority
 from kai_ray.decisions.placement import place_extras, place_gang
 from kai_ray.decisions.placement.equivalence import signature
@@ -366,11 +367,18 @@ def first_movable(
     if not gangs:
         return []
     free_gpus = ctx.transaction.free[:, ctx.snapshot.column(GPU)]
-    index = ctx.snapshot.node_index
-    nodes = [index[pod.node or ""] for gang in gangs for pod in gang.bound]
-    starts = np.cumsum([0, *(len(gang.bound) for gang in gangs[:-1])])
-    emptiest = np.maximum.reduceat(free_gpus[nodes], starts)
-    gpus = np.array([gang.bound_requests[GPU] for gang in gangs], dtype=np.float64)
+    kept, index = _kept_seats(ctx.transaction), ctx.snapshot.node_index
+    nodes, sizes, gpus = [], np.empty(len(gangs), dtype=np.intp), np.empty(len(gangs))
+    for position, gang in enumerate(gangs):
+        found = kept.get(gang.key)
+        if found is None or found[0] is not gang:
+            rows = np.array([index[pod.node or ""] for pod in gang.bound], dtype=np.intp)
+            found = kept[gang.key] = (gang, (rows, gang.bound_requests[GPU]))
+        rows, gpus[position] = found[1]
+        nodes.append(rows)
+        sizes[position] = len(rows)
+    starts = np.cumsum(sizes) - sizes
+    emptiest = np.maximum.reduceat(free_gpus[np.concatenate(nodes)], starts)
     ranked = np.lexsort((gpus, -emptiest))
     chosen = ranked[:count]
     if len(ranked) > count:
@@ -380,6 +388,24 @@ def first_movable(
         chosen = np.concatenate([chosen, tied])
     key = lambda i: movable_order(gangs[i], float(emptiest[i]))  # noqa: E731
     return [gangs[i] for i in sorted(chosen.tolist(), key=key)[:count]]
+
+
+#: A gang's seats: the nodes (rows) its bound pods sit on, in order, and the GPUs they
+#: hold; by group key, each with the very state it was read from.
+Seats = dict[str, tuple[PodGroupState, tuple[npt.NDArray[np.intp], float]]]
+#: The gangs' seats, kept from cycle to cycle with the groups for one order of nodes
+#: (`KeptPerGroup.flat`); for this cycle alone when nothing is kept across cycles.
+SEATS = MemoKey[tuple[npt.NDArray[np.intp], float]]("a movable gang's seats")
+SEATS_NOW = MemoKey[Seats]("movable gangs' seats this cycle")
+
+
+def _kept_seats(tx: Transaction) -> Seats:
+    """The movable gangs' seats (`Seats`): read once per state of a gang rather than
+    pod by pod every cycle, a full cluster's running gangs being mostly the same."""
+    per_group = tx.memo.find(PER_GROUP, None)
+    if per_group is None:
+        return tx.memo.get(SEATS_NOW, None, dict)
+    return per_group.flat(SEATS, tx.snapshot.node_names)
 
 
 def movable_order(gang: PodGroupState, emptiest: float) -> tuple[object, ...]:

@@ -12,18 +12,26 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kai_ray.decisions.consolidate import first_movable, movable_order
+from kai_ray.decisions.kept import PER_GROUP, KeptPerGroup
+from kai_ray.decisions.transaction import CycleMemo
 from kai_ray.values.resources import GPU, Resources
 
 NODES = 6
 
 
-def _ctx(free_gpus: list[float]) -> Any:
+def _ctx(free_gpus: list[float], kept: KeptPerGroup | None = None) -> Any:
+    names = tuple(f"n{i}" for i in range(NODES))
     snapshot = SimpleNamespace(
-        node_index={f"n{i}": i for i in range(NODES)},
+        node_names=names,
+        node_index={name: i for i, name in enumerate(names)},
         column=lambda resource: 1 if resource == GPU else 0,
     )
     free = np.array([[0.0, gpus] for gpus in free_gpus])
-    return SimpleNamespace(snapshot=snapshot, transaction=SimpleNamespace(free=free))
+    memo = CycleMemo()
+    if kept is not None:
+        memo.keep(PER_GROUP, None, kept)
+    transaction = SimpleNamespace(free=free, memo=memo, snapshot=snapshot)
+    return SimpleNamespace(snapshot=snapshot, transaction=transaction)
 
 
 def _gang(i: int, nodes: list[int], gpus: float, created: int) -> Any:
@@ -69,3 +77,16 @@ def test_ties_beyond_the_count_are_sorted_by_the_whole_key() -> None:
     gangs = [_gang(i, [i], 8.0, created) for i, created in enumerate([0, 2, 1, 2])]
     first = first_movable(ctx, gangs, 2)
     assert [g.key for g in first] == ["default/g1", "default/g3"]
+
+
+def test_seats_kept_from_cycle_to_cycle_follow_the_gangs_state() -> None:
+    """A gang's seats are kept with the very state they were read from: the next
+    cycle's new state of the gang (moved to the emptier node) is read again."""
+    kept = KeptPerGroup()
+    free = [0.0, 0.0, 0.0, 0.0, 0.0, 4.0]
+    old = [_gang(0, [0], 1.0, 0), _gang(1, [1], 1.0, 0)]
+    assert [g.key for g in first_movable(_ctx(free, kept), old, 1)] == ["default/g0"]
+    new = [_gang(0, [0], 1.0, 0), _gang(1, [5], 1.0, 0)]
+    assert [g.key for g in first_movable(_ctx(free, kept), new, 1)] == ["default/g1"]
+    again = [old[0], new[1]]
+    assert [g.key for g in first_movable(_ctx(free, kept), again, 1)] == ["default/g1"]
