@@ -273,9 +273,19 @@ def some_could_be_tried(ctx: CycleContext) -> bool:
 
 
 def fits_in_total(ctx: CycleContext, request: Resources) -> bool:
-    """The request fits the free resources of the schedulable nodes added up."""
-    free = total_free(ctx.transaction)
-    return bool(np.all(ctx.snapshot.vector(request) <= free + EPSILON))
+    """The request fits the free resources of the schedulable nodes added up; once per
+    transaction version and request (the waiting gangs of a backlog ask a few
+    requests, interned, over and over while nothing changes)."""
+    tx = ctx.transaction
+
+    def fits() -> bool:
+        return bool((ctx.snapshot.vector(request) <= total_free(tx) + EPSILON).all())
+
+    return tx.memo.get(FITS_IN_TOTAL, (tx.version, request), fits)
+
+
+#: Per (transaction version, request): whether it fits the free room added up.
+FITS_IN_TOTAL = MemoKey[bool]("fits the free room added up")
 
 
 #: Per transaction version: the free resources of the schedulable nodes added up.

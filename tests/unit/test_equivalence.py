@@ -38,8 +38,9 @@ drawn from a small palette of shapes so that equivalent gangs abound):
   (plain: judged every time; a fresh budget per unit), and `FairShareBudget.shared`
   keeps the units it takes alone, laid out, for the run's budgets of one reclaimer
   at one ledger version (plain: worked out for every search);
-- `consolidate.total_free`, the free room added up once per transaction version
-  (plain: added up for every waiting gang);
+- `consolidate.total_free`, the free room added up once per transaction version,
+  and `consolidate.fits_in_total`, a request judged against it once per version
+  (plain: added up and judged for every waiting gang);
 - `consolidate.movable_gangs`, worked out once per transaction version and
   evictions planned (plain: for every waiting gang), only the first of them
   sorted whole (`consolidate.first_movable`; plain: every gang sorted), and
@@ -104,7 +105,7 @@ from kai_ray.state.groups import PodGroupState
 from kai_ray.state.snapshot import ClusterObjects, build_snapshot
 from kai_ray.values.clock import unix_seconds
 from kai_ray.values.config import SchedulerConfig
-from kai_ray.values.resources import GPU
+from kai_ray.values.resources import EPSILON, GPU
 from tests.builders import (
     make_node,
     make_pod,
@@ -334,6 +335,12 @@ def _members_afresh(
     return {key: found for key, group in groups.items() if (found := value(group)) is not None}
 
 
+def _fits_afresh(ctx: Any, request: Any) -> bool:
+    """`consolidate.fits_in_total` judged afresh, against the room added up afresh."""
+    free = consolidate.summed_free(ctx.transaction)
+    return bool(np.all(ctx.snapshot.vector(request) <= free + EPSILON))
+
+
 def _movable_sorted(ctx: Any, gangs: Sequence[PodGroupState], count: int) -> list[PodGroupState]:
     """`consolidate.first_movable` as a sort of every gang by the whole order."""
     free_gpus = ctx.transaction.free[:, ctx.snapshot.column(GPU)]
@@ -364,6 +371,7 @@ SHORTCUTS: tuple[tuple[object, str, object], ...] = (
     (eviction.Refusals, "judge", lambda refusals, ctx, jobs, attempt: None),
     (FairShareBudget, "refuses_every", lambda budget, units: False),
     (consolidate, "total_free", consolidate.summed_free),
+    (consolidate, "fits_in_total", _fits_afresh),
     (preempt, "victims_below_anyone", _always),
     (reclaim, "anyone_within_share", _always),
     (reclaim, "queues_within_share", lambda ctx: None),
